@@ -89,12 +89,16 @@ class Collector:
 
 @contextmanager
 def collector(
-    *extra_args: str, startup_timeout_s: float = 20.0, environment: dict[str, str] | None = None
+    *extra_args: str,
+    startup_timeout_s: float = 20.0,
+    environment: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> Iterator[Collector]:
     """Start ``python -m ringtrace.collector`` on 127.0.0.1 with OS-chosen ports (with ``environment`` added to
-    this process's); always stopped on exit."""
+    this process's), under ``python`` (another install's interpreter runs that install's collector); always stopped
+    on exit."""
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "ringtrace.collector",
         "--tcp",

@@ -5,7 +5,9 @@ encoded beforehand so that only the collector's work is timed:
 
   otlp    ``ExportTraceServiceRequest`` protobuf bodies of 512 spans (the SDK's BatchSpanProcessor's batch), POSTed one
           after the other on one keep-alive HTTP connection to ``/v1/traces``, as an SDK's exporter sends them.
-  lanes   the same, without the thread attributes: each span on a lane of its trace (8 spans a trace), placed there.
+  lanes   the same, without the thread attributes: each span on a lane of its trace (8 spans a trace), placed there;
+          and again with ``--spans-per-trace`` spans a trace (1 by default: a service's part of a trace is often 1 to
+          3 spans), with the ratio of the two's CPU per span.
   sdk     spans made by the real OpenTelemetry SDK (a root and its 7 children a trace, one attribute each, no thread),
           encoded by its OTLP exporter's own encoder (``encode_spans``) into bodies of 512, POSTed as ``otlp``.
   native  the same spans as the ringtrace client's stream encoder packs them (SPAN events with the same args), sent
@@ -14,19 +16,24 @@ encoded beforehand so that only the collector's work is timed:
 Timed from the first byte until the collector has stored all N (its /healthz ``stored_events``). spans/s = N / that;
 collector CPU per span from its /proc/<pid>/stat (user + system) over the same interval. Rounds of the two ways are
 interleaved; medians are reported, with the ratio otlp/native. The collector runs with ``--capacity 2GiB``.
+
+``--lanes-only`` runs only the two ``lanes`` ways. ``--compare PYTHON`` runs them also into a second collector started
+by that interpreter (another install: its code before a change, say), rounds interleaved with this one's.
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import os
 import re
 import socket
 import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
-from _common import Collector, bench_main, collector, interleave, median, table
+from _common import Collector, collector, interleave, median, recorder, table
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
@@ -41,14 +48,14 @@ _OTLP = re.compile(r"otlp listening on http://([^\s:]+):(\d+)")
 _rounds = iter(range(1, 1 << 30))
 
 
-def spans(n: int, base_ns: int) -> list[tuple[str, int, int, bytes, bytes, int]]:
-    """``(name, start, end, trace id, span id, i)`` of N spans, 1 µs apart."""
+def spans(n: int, base_ns: int, per_trace: int = 8) -> list[tuple[str, int, int, bytes, bytes, int]]:
+    """``(name, start, end, trace id, span id, i)`` of N spans, 1 µs apart, ``per_trace`` a trace."""
     return [
         (
             "work",
             base_ns + 1000 * i,
             base_ns + 1000 * i + 500,
-            (i // 8 + 1).to_bytes(16, "big"),
+            (i // per_trace + 1).to_bytes(16, "big"),
             (i + 1).to_bytes(8, "big"),
             i,
         )
@@ -138,10 +145,11 @@ def timed(coll: Collector, n: int, send: Any) -> tuple[float, float]:
 
 
 def otlp_round(
-    coll: Collector, address: tuple[str, int], n: int, on_thread: bool = True, sdk: bool = False
+    coll: Collector, address: tuple[str, int], n: int, on_thread: bool = True, sdk: bool = False, per_trace: int = 8
 ) -> tuple[float, float]:
     service = f"otlp-{next(_rounds)}"
-    bodies = sdk_bodies(n, service) if sdk else otlp_bodies(spans(n, time.time_ns()), service, on_thread)
+    made = spans(n, time.time_ns(), per_trace)
+    bodies = sdk_bodies(n, service) if sdk else otlp_bodies(made, service, on_thread)
     connection = http.client.HTTPConnection(*address, timeout=60)
 
     def send() -> None:
@@ -184,47 +192,82 @@ def native_round(coll: Collector, n: int) -> tuple[float, float]:
         sock.close()
 
 
-def bench(n: int, rounds: int) -> int:
-    with collector("--otlp-http", "127.0.0.1:0", "--capacity", "2GiB") as coll:
-        deadline = time.monotonic() + 20
-        address = None
-        while address is None and time.monotonic() < deadline:
-            found = [m for m in map(_OTLP.search, coll.log) if m]
-            if found:
-                address = (found[0].group(1), int(found[0].group(2)))
-            else:
-                time.sleep(0.05)
-        assert address is not None, "the collector did not report its OTLP listener"
-        ways = {
-            "otlp": lambda: otlp_round(coll, address, n),
+def otlp_address(coll: Collector) -> tuple[str, int]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        found = [m for m in map(_OTLP.search, coll.log) if m]
+        if found:
+            return found[0].group(1), int(found[0].group(2))
+        time.sleep(0.05)
+    raise AssertionError("the collector did not report its OTLP listener")
+
+
+def bench(n: int, rounds: int, per_trace: int = 1, lanes_only: bool = False, compare: str | None = None) -> int:
+    args = ("--otlp-http", "127.0.0.1:0", "--capacity", "2GiB")
+    with collector(*args) as coll, ExitStack() as stack:
+        address = otlp_address(coll)
+        ways: dict[str, Any] = {
             "lanes": lambda: otlp_round(coll, address, n, on_thread=False),
-            "sdk": lambda: otlp_round(coll, address, n, sdk=True),
-            "native": lambda: native_round(coll, n),
+            "lanes n": lambda: otlp_round(coll, address, n, on_thread=False, per_trace=per_trace),
         }
+        if not lanes_only:
+            ways["otlp"] = lambda: otlp_round(coll, address, n)
+            ways["sdk"] = lambda: otlp_round(coll, address, n, sdk=True)
+            ways["native"] = lambda: native_round(coll, n)
+        if compare is not None:
+            other = stack.enter_context(collector(*args, python=compare))
+            other_address = otlp_address(other)
+            ways["lanes (compare)"] = lambda: otlp_round(other, other_address, n, on_thread=False)
+            ways["lanes n (compare)"] = lambda: otlp_round(
+                other, other_address, n, on_thread=False, per_trace=per_trace
+            )
         results = interleave(ways, rounds)
-    otlp_rate, native_rate = median([r[0] for r in results["otlp"]]), median([r[0] for r in results["native"]])
-    otlp_cpu, native_cpu = median([r[1] for r in results["otlp"]]), median([r[1] for r in results["native"]])
-    lanes_rate, lanes_cpu = median([r[0] for r in results["lanes"]]), median([r[1] for r in results["lanes"]])
-    sdk_rate, sdk_cpu = median([r[0] for r in results["sdk"]]), median([r[1] for r in results["sdk"]])
-    ratio = otlp_rate / native_rate
+    rate = {way: median([r[0] for r in values]) for way, values in results.items()}
+    cpu = {way: median([r[1] for r in values]) for way, values in results.items()}
+    names = {
+        "otlp": "otlp (protobuf, 512 a request)",
+        "lanes": "otlp, no thread: on trace lanes, 8 a trace",
+        "lanes n": f"otlp, no thread: on trace lanes, {per_trace} a trace",
+        "lanes (compare)": "compare: on trace lanes, 8 a trace",
+        "lanes n (compare)": f"compare: on trace lanes, {per_trace} a trace",
+        "sdk": "otlp, the SDK's exporter's bodies",
+        "native": "native",
+    }
     print(
         table(
             ["way", "spans/s", "collector CPU ns/span"],
-            [
-                ["otlp (protobuf, 512 a request)", f"{otlp_rate:,.0f}", f"{otlp_cpu:,.0f}"],
-                ["otlp, no thread: on trace lanes", f"{lanes_rate:,.0f}", f"{lanes_cpu:,.0f}"],
-                ["otlp, the SDK's exporter's bodies", f"{sdk_rate:,.0f}", f"{sdk_cpu:,.0f}"],
-                ["native", f"{native_rate:,.0f}", f"{native_cpu:,.0f}"],
-            ],
+            [[names[way], f"{rate[way]:,.0f}", f"{cpu[way]:,.0f}"] for way in names if way in results],
             title=f"{n:,} spans a round, {rounds} rounds, medians",
         )
     )
-    print(f"otlp / native spans/s: {ratio:.3f}x (no target set: the figure is reported)")
-    if native_cpu:  # (its CPU time counts in 10 ms ticks: a small quick run may read 0)
-        print(f"collector CPU per span, otlp / native: {otlp_cpu / native_cpu:.1f}x")
-        print(f"collector CPU per span, sdk / native: {sdk_cpu / native_cpu:.1f}x")
+    print(f"collector CPU per span, {per_trace} a trace / 8 a trace: {cpu['lanes n'] / cpu['lanes']:.2f}x")
+    if compare is not None:
+        this_n, other_n = cpu["lanes n"], cpu["lanes n (compare)"]
+        print(f"collector CPU per span, {per_trace} a trace, this / compare: {this_n / other_n:.2f}x")
+        print(f"collector CPU per span, 8 a trace, this / compare: {cpu['lanes'] / cpu['lanes (compare)']:.2f}x")
+    if not lanes_only:
+        print(f"otlp / native spans/s: {rate['otlp'] / rate['native']:.3f}x (no target set: the figure is reported)")
+        if cpu["native"]:  # (its CPU time counts in 10 ms ticks: a small quick run may read 0)
+            print(f"collector CPU per span, otlp / native: {cpu['otlp'] / cpu['native']:.1f}x")
+            print(f"collector CPU per span, sdk / native: {cpu['sdk'] / cpu['native']:.1f}x")
     return 0
 
 
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=200_000, help="spans per round (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="N=20,000 and 1 round, a smoke test")
+    parser.add_argument("--spans-per-trace", type=int, default=1, help="of the second lanes way (default %(default)s)")
+    parser.add_argument("--lanes-only", action="store_true", help="run only the two lanes ways")
+    parser.add_argument("--compare", metavar="PYTHON", help="also the lanes ways into this interpreter's collector")
+    args = parser.parse_args()
+    if args.spans_per_trace < 1:
+        parser.error(f"--spans-per-trace must be at least 1, not {args.spans_per_trace}")
+    print(f"recorder: {recorder()}")
+    n, rounds = (20_000, 1) if args.quick else (args.n, args.rounds)
+    return bench(n, rounds, args.spans_per_trace, args.lanes_only, args.compare)
+
+
 if __name__ == "__main__":
-    sys.exit(bench_main(bench, __doc__, n=200_000, rounds=3, quick=(20_000, 1)))
+    sys.exit(main())

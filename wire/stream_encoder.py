@@ -19,14 +19,20 @@ from ringtrace.wire.call_records import RECORD as CALL_RECORD
 from ringtrace.wire.call_records import CallRun, event_count
 from ringtrace.wire.errors import FrameTooLarge
 from ringtrace.wire.event_packing import ACCELERATED, EncodedBatch, EventColumns, EventPacking
-from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import (
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_BYTES,
+    FrameType,
+)
 from ringtrace.wire.frames import Stats, encode
 from ringtrace.wire.model import KINDS, RECORD_FIELDS, KindRegistry, TrackInfo
 from ringtrace.wire.record_packing import RECORDS_ACCELERATED, RecordIds
 from ringtrace.wire.record_runs import RecordRun
 from ringtrace.wire.stack_table import STACK_KINDS, StackTable
 from ringtrace.wire.string_table import StringTable
-from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, track_body
 
 __all__ = ["EncodedBatch", "StreamEncoder"]
 
@@ -120,7 +126,7 @@ class StreamEncoder(EventPacking):
         self.strings.take_new()  # all of it is in the prefix
         self.strings.take_reset()  # a new stream's table starts empty
         frames += [encode(stacks, self.max_frame_bytes) for stacks in self.stacks.frames()]
-        frames += [encode(_track_frame(track), self.max_frame_bytes) for track in self.tracks.values()]
+        frames += [_track_frame(track, False, self.max_frame_bytes) for track in self.tracks.values()]
         return frames
 
     def declare(self, track: TrackInfo) -> bytes | None:
@@ -128,14 +134,13 @@ class StreamEncoder(EventPacking):
         if self.tracks.get(track.track_id) == track:
             return None
         self.tracks[track.track_id] = track
-        return encode(_track_frame(track), self.max_frame_bytes)
+        return _track_frame(track, False, self.max_frame_bytes)
 
     def retire(self, track: TrackInfo) -> bytes | None:
         """A TRACK frame ending ``track`` if this stream declared it (its id no longer counts), else None."""
         if self.tracks.pop(track.track_id, None) is None:
             return None
-        ended = Track(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended=True)
-        return encode(ended, self.max_frame_bytes)
+        return _track_frame(track, True, self.max_frame_bytes)
 
     def encode(self, track: TrackInfo, records: list[Any] | CallRun | RecordRun) -> EncodedBatch:
         """Frames for one track's drained events, ``RECORD_FIELDS`` values each, or a run of traced calls (the same
@@ -338,5 +343,14 @@ class StreamEncoder(EventPacking):
         return frames
 
 
-def _track_frame(track: TrackInfo) -> Track:
-    return Track(track.track_id, track.kind, track.name, track.thread_id, track.parent)
+def _track_frame(track: TrackInfo, ended: bool, max_frame_bytes: int) -> bytes:
+    """``encode(Track(...))`` of ``track``, without the frame object (an OTLP trace's lane takes two: its own, ended).
+
+    Raises:
+        FrameTooLarge: the frame would exceed ``max_frame_bytes``.
+    """
+    body = track_body(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended)
+    size = FRAME_HEADER.size + len(body)
+    if size > max_frame_bytes:
+        raise FrameTooLarge(size, max_frame_bytes)
+    return FRAME_HEADER.pack(len(body), FrameType.TRACK) + body

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from ringtrace.wire.errors import MalformedFrame
-from ringtrace.wire.frame_fields import MAX_U32, body_field, pack_body, unpack_map
+from ringtrace.wire.frame_fields import MAX_FIELD_INT, MAX_U32, body_field, pack_body, unpack_map
 from ringtrace.wire.frame_types import EVENT_COLUMNS, FrameType
 from ringtrace.wire.recent import Recent
 
@@ -159,20 +159,21 @@ class Track:
     ended: bool = False
 
     def encode_body(self) -> bytes:
-        return pack_body(
-            {
-                "id": self.track_id,
-                "kind": self.kind,
-                "name": self.name,
-                "thread_id": self.thread_id,
-                "parent": self.parent,
-                "ended": self.ended,
-            }
-        )
+        return track_body(self.track_id, self.kind, self.name, self.thread_id, self.parent, self.ended)
 
     @classmethod
     def decode_body(cls, body: bytes) -> Track:
         data = unpack_map("TRACK", body)
+        track_id, kind, name = data.get("id"), data.get("kind"), data.get("name")
+        thread_id, parent = data.get("thread_id"), data.get("parent")
+        # The usual frame checked at once (an OTLP trace's lane takes two: declared, ended); any other field by field,
+        # to say which one is wrong.
+        if (
+            type(track_id) is int and type(kind) is int and type(name) is str and type(thread_id) is int
+            and type(parent) is int and 0 <= track_id <= MAX_U32 and 0 <= kind <= 0xFF
+            and 0 <= thread_id <= MAX_FIELD_INT and 0 <= parent <= MAX_U32
+        ):  # fmt: skip
+            return cls(track_id, kind, name, thread_id, parent, bool(data.get("ended", False)))
         return cls(
             track_id=body_field(data, "TRACK", "id", int, MAX_U32),
             kind=body_field(data, "TRACK", "kind", int, 0xFF),
@@ -181,3 +182,10 @@ class Track:
             parent=body_field(data, "TRACK", "parent", int, MAX_U32),
             ended=bool(data.get("ended", False)),  # optional: absent means a live track
         )
+
+
+def track_body(track_id: int, kind: int, name: str, thread_id: int, parent: int, ended: bool) -> bytes:
+    """The body of a TRACK frame (``Track.encode_body``), for an encoder that makes one without the frame object."""
+    return pack_body(
+        {"id": track_id, "kind": kind, "name": name, "thread_id": thread_id, "parent": parent, "ended": ended}
+    )

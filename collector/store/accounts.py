@@ -9,7 +9,7 @@ asked of them (``/stats``, ``/metrics``, ``/sources``, snapshots, live tails), a
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Final
 
@@ -23,6 +23,7 @@ __all__ = [
     "Accounts",
     "Counts",
     "ProcessHolding",
+    "TrackCounts",
 ]
 
 #: Segments removed on request remembered (for live tails: ``cleared_segments``).
@@ -79,6 +80,39 @@ class Counts:
 _COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
 
 
+class TrackCounts(dict[int, Counts]):
+    """A process's counts per track id, and their sum (``total``), kept as they change: what sums a process's counts
+    (``/healthz``, ``/metrics``, the rates sampled every second) reads it, not every track's (an OTLP trace has tracks
+    of its own: a store may hold millions). Counts change through ``received`` and ``lost`` only."""
+
+    __slots__ = ("total",)
+
+    def __init__(self, counts: Mapping[int, Counts] | None = None) -> None:
+        super().__init__(counts or {})
+        self.total = Counts()
+        for each in self.values():
+            self.total.add(each)
+
+    def received(self, track_id: int, events: int, nbytes: int) -> Counts:
+        """Events and bytes received on track ``track_id``; its counts."""
+        counts = self.get(track_id)
+        if counts is None:
+            counts = self[track_id] = Counts()
+        counts.received_events += events
+        counts.received_bytes += nbytes
+        total = self.total
+        total.received_events += events
+        total.received_bytes += nbytes
+        return counts
+
+    def lost(self, track_id: int, why: str, events: int, nbytes: int) -> None:
+        """Events and bytes of track ``track_id`` no longer stored, ``why``: overwritten, capped, discarded, cleared."""
+        events_name, bytes_name = f"{why}_events", f"{why}_bytes"
+        for counts in (self[track_id], self.total):
+            setattr(counts, events_name, getattr(counts, events_name) + events)
+            setattr(counts, bytes_name, getattr(counts, bytes_name) + nbytes)
+
+
 @dataclass(slots=True)
 class ProcessHolding:
     """What one process holds: its segments, oldest first, and their bytes; its connections' tables."""
@@ -88,8 +122,8 @@ class ProcessHolding:
     #: What its open connections' tables are charged (``Budget.charge_tables``).
     table_bytes: int = 0
     streams: int = 0
-    #: Per track id (and ``FOLDED_TRACK``).
-    counts: dict[int, Counts] = field(default_factory=dict)
+    #: Per track id (and ``FOLDED_TRACK``), and their sum.
+    counts: TrackCounts = field(default_factory=TrackCounts)
     #: Tracks ended (a TRACK frame said so) with events still stored.
     ended: set[int] = field(default_factory=set)
     #: Tracks ended with nothing of them left stored, the latest last (``EMPTIED_TRACKS_LISTED`` at most).
@@ -139,8 +173,7 @@ class Accounts:
         total = Counts()
         total.add(self.forgotten)
         for process in self._processes.values():
-            for counts in process.counts.values():
-                total.add(counts)
+            total.add(process.counts.total)
         return total
 
     def track_counts(self) -> dict[tuple[int, int], Counts]:
@@ -153,21 +186,15 @@ class Accounts:
 
     def process_counts(self) -> dict[int, Counts]:
         """Counts per process uid (its tracks summed)."""
-        totals = {}
-        for owner, process in self._processes.items():
-            total = totals[owner] = Counts()
-            for counts in process.counts.values():
-                total.add(counts)
-        return totals
+        return {owner: replace(process.counts.total) for owner, process in self._processes.items()}
 
     def process_received(self) -> dict[int, tuple[int, int]]:
         """(events, bytes) received per process uid: what rates are sampled from, every second, on the loop (so two
         fields, not every count)."""
-        received = {}
-        for owner, process in self._processes.items():
-            counts = process.counts.values()
-            received[owner] = (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
-        return received
+        return {
+            owner: (process.counts.total.received_events, process.counts.total.received_bytes)
+            for owner, process in self._processes.items()
+        }
 
     def process_held_bytes(self, owner: int) -> int:
         process = self._processes.get(owner)
@@ -193,8 +220,7 @@ class Accounts:
             self._forgotten_kept[owner] = _kept(process)
             while len(self._forgotten_kept) > FORGOTTEN_KEPT_REMEMBERED:
                 self._forgotten_kept.popitem(last=False)
-            for counts in process.counts.values():
-                self.forgotten.add(counts)
+            self.forgotten.add(process.counts.total)
 
     def cleared(self, seq: int, owner: int, events: int) -> None:
         """Segment ``seq`` of process ``owner``, holding ``events``, was removed on request."""
@@ -209,4 +235,5 @@ class Accounts:
 
 
 def _kept(process: ProcessHolding) -> int:
-    return sum(c.received_events - c.discarded_events - c.capped_events for c in process.counts.values())
+    total = process.counts.total
+    return total.received_events - total.discarded_events - total.capped_events

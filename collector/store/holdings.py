@@ -76,11 +76,9 @@ class Holdings:
         segment.evicted = True
         if why == "published":
             return
-        events_name, bytes_name = f"{why}_events", f"{why}_bytes"
+        lost = process.counts.lost
         for track_id, (events, size) in segment.tracks.items():
-            counts = process.counts[track_id]
-            setattr(counts, events_name, getattr(counts, events_name) + events)
-            setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
+            lost(track_id, why, events, size)
             process.emptied_if_gone(track_id)
 
     def remove_empty(self, segment: Segment) -> None:

@@ -5,7 +5,7 @@ than the one that wrote it (what no longer fits is counted overwritten or capped
 
 from __future__ import annotations
 
-from ringtrace.collector.store.accounts import Counts, ProcessHolding
+from ringtrace.collector.store.accounts import ProcessHolding
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.segment_files import Recovered
 from ringtrace.collector.store.segments import Segment
@@ -21,8 +21,7 @@ def adopt(budget: Budget, recovered: Recovered, owner: int) -> None:
     segment = _received(recovered, owner, process)
     if segment.size > min(budget.capacity_bytes, budget.process_cap or budget.capacity_bytes):  # restarted smaller
         for track_id, (events, size) in segment.tracks.items():
-            process.counts[track_id].overwritten_events += events
-            process.counts[track_id].overwritten_bytes += size
+            process.counts.lost(track_id, "overwritten", events, size)
         budget.buffers.release(segment, reuse=False)
         return
     while holdings.held_bytes + segment.size > budget.capacity_bytes and holdings.segments:  # restarted smaller
@@ -38,8 +37,6 @@ def _received(recovered: Recovered, owner: int, process: ProcessHolding) -> Segm
     segment = Segment(recovered.seq, recovered.buffer, owner)
     for offset, size, track_id, count, first_ts, last_ts in recovered.entries:
         segment.index_events(offset, size, track_id, count, first_ts, last_ts)
-        counts = process.counts.setdefault(track_id, Counts())
-        counts.received_events += count
-        counts.received_bytes += size
+        process.counts.received(track_id, count, size)
     segment.used = segment.checked = recovered.used
     return segment

@@ -191,14 +191,10 @@ class Store:
     ) -> bool:
         """Store one EVENTS frame (header included); False when it was refused (and counted so)."""
         size = len(frame)
-        counts = stream.counts.get(track_id)
-        if counts is None:
-            counts = stream.counts[track_id] = Counts()
-        counts.received_events += count
-        counts.received_bytes += size
+        stream.counts.received(track_id, count, size)
         segment = stream.segment
         if segment is None or segment.size - segment.used - _ENTRY * (segment.entries + 1) - self.reserve < size:
-            segment = self._stream_segments.open_for(stream, size, counts, count)
+            segment = self._stream_segments.open_for(stream, size, track_id, count)
             if segment is None:
                 return False
         segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
@@ -206,15 +202,11 @@ class Store:
 
     def events_in_place(self, stream: Stream, run: EventsRun) -> None:
         """Store EVENTS frames the connection read into its open segment (``stream.direct``)."""
-        segment, all_counts = stream.segment, stream.counts
+        segment, received = stream.segment, stream.counts.received
         assert segment is not None and stream.direct, "frames in place need the segment they were read into"
         segment.index_run(run)
         for track_id, (events, nbytes) in run.tracks.items():
-            counts = all_counts.get(track_id)
-            if counts is None:
-                counts = all_counts[track_id] = Counts()
-            counts.received_events += events
-            counts.received_bytes += nbytes
+            received(track_id, events, nbytes)
 
     def advance(self, stream: Stream, end: int) -> None:
         """Everything the connection read into its open segment up to ``end`` is stored (``stream.direct``)."""

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Final
 
 from ringtrace.collector.log_repeats import Repeats
-from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.durability import Durability
 from ringtrace.collector.store.segments import INDEX_ENTRY, Buffer, Segment
@@ -68,19 +67,14 @@ class StreamSegments:
 
     # -- opening ----------------------------------------------------------------------------------------------------
 
-    def open_for(self, stream: Stream, frame_bytes: int, counts: Counts, count: int) -> Segment | None:
-        """End the stream's open segment and open the next, for a frame of ``frame_bytes`` holding ``count`` events;
-        None when it is refused (the frame is counted so, in ``counts``)."""
+    def open_for(self, stream: Stream, frame_bytes: int, track_id: int, count: int) -> Segment | None:
+        """End the stream's open segment and open the next, for a frame of ``frame_bytes`` holding ``count`` events
+        of track ``track_id``; None when it is refused (the frame is counted so, in the track's counts)."""
         self.end(stream)
         segment = self.open(stream, frame_bytes)
         if isinstance(segment, Segment):
             return segment
-        if segment.startswith("process"):
-            counts.capped_events += count
-            counts.capped_bytes += frame_bytes
-        else:
-            counts.discarded_events += count
-            counts.discarded_bytes += frame_bytes
+        stream.counts.lost(track_id, "capped" if segment.startswith("process") else "discarded", count, frame_bytes)
         self._log_refusal(segment)
         return None
 

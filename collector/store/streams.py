@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final, Literal
 
-from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.accounts import TrackCounts
 from ringtrace.collector.store.segments import Segment
 from ringtrace.wire.frames import preamble
 
@@ -33,7 +33,7 @@ class Stream:
         "stats", "strings", "tracks", "unsynced",
     )  # fmt: skip
 
-    def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
+    def __init__(self, owner: int, counts: TrackCounts, hello: bytes, first_size: int) -> None:
         self.owner = owner
         #: The process's counts per track id.
         self.counts = counts

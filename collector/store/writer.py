@@ -222,7 +222,9 @@ class SegmentWriter:
         reader, store = self._reader, self._store
         while self._lent is not None:
             start = reader.position
-            run = events_run(self._top(self._lent))
+            header = reader.next_frame_header()
+            # (a run begins at an EVENTS frame: before any other, as each TRACK frame of OTLP lanes, none is looked for)
+            run = None if header is not None and header[1] != FrameType.EVENTS else events_run(self._top(self._lent))
             unread = None
             if run is not None:
                 if reader.end > self._top(self._lent) - len(run.entries):

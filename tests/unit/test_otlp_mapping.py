@@ -13,11 +13,17 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from ringtrace.collector.ingest.otlp.answers import BadRequest
 from ringtrace.collector.ingest.otlp.logs import priority_of
-from ringtrace.collector.ingest.otlp.resources import attributes_of
+from ringtrace.collector.ingest.otlp.process_streams import FIRST_TRACK_ID, ProcessStream
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of
 from ringtrace.collector.ingest.otlp.signals import SIGNALS, decode_request
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLanes, TraceSpan
-from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
+from ringtrace.wire.stream_limits import Limits
 
 property_test = settings(deadline=None, max_examples=200)
 TRACES, LOGS, METRICS = SIGNALS
@@ -170,7 +176,51 @@ def test_a_streams_track_ids_start_again_past_the_last_32_bit_one() -> None:
     """A resource's stream takes a track id for every trace's lane and never reuses one while it can (track ids are
     32 bits on the wire): past the last it starts again at the first, not at an id every frame would be refused for.
     (Billions of traces to get there through the collector: the stream itself, told where its ids are.)"""
-    from ringtrace.collector.ingest.otlp.process_streams import FIRST_TRACK_ID, ProcessStream
-
     stream = ProcessStream(None, 2**32 - 1)  # type: ignore[arg-type]  # (no connection: none is used)
     assert [stream.track((n, f"t{n}")).track_id for n in (1, 2, 3)] == [2**32 - 1, FIRST_TRACK_ID, FIRST_TRACK_ID + 1]
+
+
+def lane_spans(count: int) -> ProcessEvents:
+    """A request's ``count`` traces of one span each (no thread: each on a lane of its trace), each of its own name."""
+    process = ProcessEvents("checkout", Hello(1, "host", "checkout", "i", "boot", 1, 2, "otlp"))
+    for i in range(count):
+        start = 10**15 + i * 1_000
+        records = [SPAN, f"op {i}", start, start + 500, {"i": i}]
+        process.trace_spans.append(TraceSpan((i + 1).to_bytes(16, "big"), i + 1, 0, start, start + 500, records))
+    return process
+
+
+def decoded_spans(frames: list[bytes]) -> dict[int, tuple[str, str]]:
+    """Per span (its ``i``): its name and its track's, as a reader of the frames decodes them (each in its place)."""
+    decoder = SessionDecoder(Limits(), live=False)
+    decoder.receive_data(b"".join(frames))
+    decoder.receive_data(b"")
+    return {
+        event.args["i"]: (event.name, event.track.name)
+        for frame in decoder
+        if frame.TYPE == FrameType.EVENTS
+        for event in decoder.tables.events(frame)  # type: ignore[arg-type]
+    }
+
+
+def test_the_lanes_of_a_requests_traces_are_declared_before_all_their_events_which_go_in_one_run() -> None:
+    """300 traces of a span each: every lane's TRACK frame comes before all the EVENTS frames, which the collector
+    stores as one run (not one a trace: most traces are a span or two of a service's); each span on its own lane."""
+    stream = ProcessStream(None, FIRST_TRACK_ID)  # type: ignore[arg-type]  # (no connection: none is used)
+    frames = stream.pack(lane_spans(300))
+    types = [FRAME_HEADER.unpack_from(frame)[1] for frame in frames]
+    runs = sum(1 for i, kind in enumerate(types) if kind == FrameType.EVENTS and types[i - 1] != FrameType.EVENTS)
+    assert (runs, types.count(FrameType.EVENTS), types.count(FrameType.TRACK)) == (1, 300, 300)
+    spans = decoded_spans([preamble(), encode(lane_spans(0).hello), *frames])
+    assert spans == {i: (f"op {i}", f"trace {(i + 1).to_bytes(16, 'big').hex()[:8]}") for i in range(300)}
+
+
+def test_where_the_string_table_starts_again_among_a_requests_lanes_each_span_keeps_its_name() -> None:
+    """A table of 100 labels that starts again when full (as the collector's WELCOME allows): the EVENTS frames
+    packed before it started again come before its new strings, so each decodes with its own name."""
+    stream = ProcessStream(None, FIRST_TRACK_ID)  # type: ignore[arg-type]
+    stream.encoder.strings.limit_to(100)
+    stream.encoder.strings.recycles = True
+    frames = stream.pack(lane_spans(300))
+    spans = decoded_spans([preamble(), encode(lane_spans(0).hello), *frames])
+    assert spans == {i: (f"op {i}", f"trace {(i + 1).to_bytes(16, 'big').hex()[:8]}") for i in range(300)}

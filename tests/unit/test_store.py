@@ -61,6 +61,11 @@ def assert_adds_up(store: Store) -> None:
         assert counts.stored_bytes >= 0
     assert store.stored_events == sum(indexed.values())
     assert store.held_bytes <= store.capacity_bytes
+    summed: dict[int, Counts] = {}
+    for (owner, _), counts in store.track_counts().items():
+        summed.setdefault(owner, Counts()).add(counts)
+    for owner, total in store.process_counts().items():  # (kept as they change: each process's sum is its tracks')
+        assert total == summed.get(owner, Counts()), owner
 
 
 # -- storing and decoding -------------------------------------------------------------------------------------------

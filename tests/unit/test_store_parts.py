@@ -7,7 +7,7 @@ import mmap
 from pathlib import Path
 
 import pytest
-from ringtrace.collector.store.accounts import Counts, ProcessHolding
+from ringtrace.collector.store.accounts import ProcessHolding
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.holdings import Holdings
 from ringtrace.collector.store.segment_buffers import HUGE_PAGE_BYTES, MemoryBuffers
@@ -29,7 +29,7 @@ def stored(holdings: Holdings, seq: int, owner: int, events: int = 10, writer: S
     segment = Segment(seq, bytearray(SIZE), owner)
     if events:
         segment.write_events(bytes(100), 7, events, 0, 1)
-        holdings.processes[owner].counts.setdefault(7, Counts()).received_events += events
+        holdings.processes[owner].counts.received(7, events, 0)
     holdings.add(segment, writer)
     return segment
 

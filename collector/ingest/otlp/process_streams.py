@@ -102,11 +102,31 @@ class ProcessStream:
                 ended = None if track is None else self.encoder.retire(track)
                 if ended is not None:
                     frames.append(ended)
-        for lane, records in spans.items():
-            frames += self._frames(lane, records)
+        frames += self._lanes_frames(spans)
         # (counted in the process's counters, in every snapshot: its items refused, its spans' events and links dropped)
         self.encoder.rejected_events += process.rejected + process.dropped
         frames.append(encode(self.encoder.stats(0, 0, 0)))
+        return frames
+
+    def _lanes_frames(self, spans: dict[Lane, list[Any]]) -> list[bytes]:
+        """The frames of the spans on each lane: every lane's control frames (its TRACK frame, the strings it adds)
+        before all their EVENTS frames, which the collector then stores as one run rather than one a lane (a lane a
+        trace, and most traces a span or two of a service's); in order where the string table starts again (an
+        EVENTS frame packed before is of the earlier table)."""
+        frames: list[bytes] = []
+        control: list[bytes] = []
+        events: list[bytes] = []
+        epoch = self.encoder.strings.epoch
+        for lane, records in spans.items():
+            for batch, _ in self.encoder.encode_pieces(self.track(lane), records):
+                if batch.epoch != epoch:
+                    frames += control
+                    frames += events
+                    control, events, epoch = [], [], batch.epoch
+                control += batch.control
+                events += (frame for frame, _ in batch.events)
+        frames += control
+        frames += events
         return frames
 
     def _frames(self, lane: Lane, records: list[Any]) -> list[bytes]:

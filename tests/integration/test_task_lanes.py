@@ -203,6 +203,42 @@ def test_messages_on_a_lane_name_their_task_as_its_spans_do(collector: Collector
     ]
 
 
+#: Message kinds, each logged once in a task of its own: ``sys.argv[2]`` of them, then ``sys.argv[3]`` more.
+_MANY_KINDS = """
+import asyncio, sys, ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="many kinds")
+logged = []
+
+async def one(i):
+    logged[i](i)
+
+async def main(count):
+    logged.extend(tl.message("app", "info", f"message {len(logged)} $n") for _ in range(count))
+    for i in range(len(logged) - count, len(logged)):
+        await asyncio.create_task(one(i), name=f"request-{i}")
+
+asyncio.run(main(int(sys.argv[2])))
+print("first delivered:", tl.flush(timeout_s=30))  # (their twins made)
+asyncio.run(main(int(sys.argv[3])))
+print("delivered:", tl.flush(timeout_s=30))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_messages_on_lanes_of_a_program_with_many_kinds_are_all_shown(
+    collector: CollectorProcess, pure_python: bool
+) -> None:
+    # A twin for every message kind logged on a lane: with 700 kinds, 300 of them logged before the rest were
+    # registered, the process's kinds passed the 1,000 a stream declares, and the messages of the kinds (and twins)
+    # past it were lost (300 of 700 shown).
+    done = _run(_MANY_KINDS, [collector.tcp_address, "300", "400"], pure_python)
+    assert done.returncode == 0 and "delivered: True" in done.stdout, done.stderr
+    shown = {e["args"]["n"]: e["args"] for e in events(collector.snapshot(), "i") if e["cat"] == "app"}
+    assert sorted(shown) == list(range(700))
+    assert shown[0]["task"] == "request-0"  # (twins while there is room)
+
+
 def _run(program: str, args: list[str], pure_python: bool) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if name != "RINGTRACE_PURE_PYTHON"}
     if pure_python:

@@ -9,7 +9,9 @@ them: held to that share there, the watch read at most ~80 MB/s of stored bytes 
 read (``behind``) and the loop has room, it takes up to ``ROOMY_SHARE``. The loop has room when, since the last
 step, its thread spent less than ``BUSY_LOOP`` of the wall time on the CPU and the pause before the step ended
 within ``LAG_BOUND_S`` of when it was due (a loop kept waiting for the GIL by the watch spends little CPU, but is
-late: the lag says so, and the watch steps back).
+late: the lag says so, and the watch steps back). Under a flood a step reads what it can (what the ring overwrote is
+kept for it within a bound); what is left unread is counted, never silent. (Paced by CPU time, the watch cost a
+saturated ingest far more than its share, pinning only what it read.)
 """
 
 from __future__ import annotations

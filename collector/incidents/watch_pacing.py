@@ -1,17 +1,19 @@
 """How long the rules' watch pauses between two steps: a small share of the time while ingest keeps the event loop
 busy, much more while the loop has room and the watch is behind.
 
-A step holds the GIL the event loop needs for part of its time (in C the first pass runs without it), so under a
-flood the watch takes at most ``BUSY_SHARE`` of the wall time, and what it cannot read in time is counted unread,
-rather than held up ingest. But a collector taking a few million events a second spends most of its time waiting for
-them: held to that share there, the watch read at most ~80 MB/s of stored bytes (a step of 16 MiB, then a pause of
-19 times its length), and left most of a moderate stream unread while a core idled. So while a step left bytes to
-read (``behind``) and the loop has room, it takes up to ``ROOMY_SHARE``. The loop has room when, since the last
-step, its thread spent less than ``BUSY_LOOP`` of the wall time on the CPU and the pause before the step ended
-within ``LAG_BOUND_S`` of when it was due (a loop kept waiting for the GIL by the watch spends little CPU, but is
-late: the lag says so, and the watch steps back). Under a flood a step reads what it can (what the ring overwrote is
-kept for it within a bound); what is left unread is counted, never silent. (Paced by CPU time, the watch cost a
-saturated ingest far more than its share, pinning only what it read.)
+A step holds the GIL the event loop needs for part of its time (in C the first pass runs without it), so under a flood
+the watch takes at most ``BUSY_SHARE`` of the wall time, and what it cannot read in time is counted unread, rather than
+held up ingest. But a collector taking a few million events a second spends most of its time waiting for them: held to
+that share there, the watch read at most ~80 MB/s of stored bytes (a step of 16 MiB, then a pause of 19 times its
+length), and left most of a moderate stream unread while a core idled. So while a step left bytes to read (``behind``)
+and the loop has room, it takes up to ``ROOMY_SHARE``. The loop has room when, since the last step, its thread spent
+less than ``BUSY_LOOP`` of the wall time on the CPU and the pause before the step ended within ``LAG_BOUND_S`` of when
+it was due (a loop kept waiting for the GIL by the watch spends little CPU, but is late: the lag says so, and the watch
+steps back). Without the C first pass (not built, or ``RINGTRACE_PURE_PYTHON=1``) all of a step holds the GIL: the watch
+keeps to ``BUSY_SHARE`` always (given more, at 150 MB/s it read no more, and doubled the collector's CPU and its HTTP
+API's slowest answers). Under a flood a step reads what it can (what the ring overwrote is kept for it within a bound);
+what is left unread is counted, never silent. (Paced by CPU time, the watch cost a saturated ingest far more than its
+share, pinning only what it read.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Final
+
+from ringtrace.collector.incidents.frame_match import ACCELERATED
 
 __all__ = ["BUSY_LOOP", "BUSY_SHARE", "LAG_BOUND_S", "ROOMY_SHARE", "WATCH_INTERVAL_S", "WatchPacing"]
 
@@ -40,12 +44,16 @@ class WatchPacing:
     Args:
         clock: wall time in seconds (monotonic).
         loop_cpu: the CPU time of the calling thread (the event loop's), in seconds.
+        first_pass_in_c: a step's first pass runs in C, without the GIL (else it keeps to ``BUSY_SHARE``).
     """
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, loop_cpu: Callable[[], float] = time.thread_time
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        loop_cpu: Callable[[], float] = time.thread_time,
+        first_pass_in_c: bool = ACCELERATED,
     ) -> None:
-        self._clock, self._loop_cpu = clock, loop_cpu
+        self._clock, self._loop_cpu, self._roomy = clock, loop_cpu, first_pass_in_c
         self._since, self._cpu_since = clock(), loop_cpu()
 
     def pause_after(self, spent_s: float, behind: bool, late_s: float) -> float:
@@ -54,6 +62,6 @@ class WatchPacing:
         now, cpu = self._clock(), self._loop_cpu()
         busy = (cpu - self._cpu_since) / max(now - self._since, 1e-9)
         self._since, self._cpu_since = now, cpu
-        if behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S:
+        if self._roomy and behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S:
             return spent_s * (1 - ROOMY_SHARE) / ROOMY_SHARE
         return max(WATCH_INTERVAL_S, spent_s * (1 - BUSY_SHARE) / BUSY_SHARE)

@@ -79,7 +79,8 @@ def lane_kind(kind_id: int, count: int) -> int | None:
     """The kind a message of kind ``kind_id`` logged with ``count`` values takes on an asyncio lane, where the drain
     adds its task's name after its values (spans and instants there carry it as their ``task`` arg): the same
     category, text and priority, its values named as ``render`` names them, then a ``task`` field. None where
-    ``kind_id`` is no message's, a value is named ``task`` already (a twin's own), or there are more than
+    ``kind_id`` is no message's, a field or value is named ``task`` already (a twin's own; or a ``$task`` in its
+    text, which the task's name would fill when given no value), or there are more than
     ``MAX_MESSAGE_VALUES`` values (so that the twins a kind makes stay few), or the process has
     ``TWINS_BELOW_KINDS`` kinds already (the message keeps its own kind, without its task). Registered once per
     (kind, count), on the flusher's thread."""
@@ -92,7 +93,7 @@ def lane_kind(kind_id: int, count: int) -> int | None:
     if kind is not None and kind.shape == "message" and count <= MAX_MESSAGE_VALUES and len(KINDS) < TWINS_BELOW_KINDS:
         names = [name for name, _ in kind.fields[:count]]
         names += [f"value{i + 1}" for i in range(len(names), count)]  # (as ``render`` names values past the fields)
-        if "task" not in names:
+        if all(name != "task" for name, _ in kind.fields):  # (a twin's, or a ``$task`` of its own)
             fields = (*((name, "any") for name in names), ("task", "any"))
             twin = KINDS.register(kind.name, "message", fields, KINDS.converters[kind_id], kind.text, kind.priority).id
     return LANE_KINDS.setdefault(key, twin)

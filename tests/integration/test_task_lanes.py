@@ -151,19 +151,22 @@ def test_a_task_switch_that_makes_a_lane_half_full_wakes_the_flusher(
     assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(100))
 
 
-#: Messages logged inside tasks (with values, without, and with one past its text's), and one outside any task.
+#: Messages logged inside tasks (with values, without, with one past its text's, and one of a text with a ``$task``
+#: given no value for it), and one outside any task.
 _MESSAGES = """
 import asyncio, sys, ringtrace.client
 
 tl = ringtrace.client.connect(sys.argv[1], process_name="task messages")
 handled = tl.message("app", "info", "handled $n")
 plain = tl.message("app", "info", "plain")
+named = tl.message("app", "info", "as $who for $task")
 
 async def one(i):
     with tl.scope("request", i=i):
         handled(i)
         plain()
         handled(i, "extra")
+        named("me")  # (its $task given no value: it stays as written)
 
 async def main():
     for i in range(3):
@@ -197,6 +200,7 @@ def test_messages_on_a_lane_name_their_task_as_its_spans_do(collector: Collector
                 (f"handled n({i})", {"n": i, "task": f"request-{i}"}, True),
                 ("plain", {"task": f"request-{i}"}, True),
                 (f"handled n({i})", {"n": i, "value2": "extra", "task": f"request-{i}"}, True),
+                ("as who(me) for $task", {"who": "me"}, True),  # (a field of its own is named task: no twin)
             )
         ),
         ("handled n(-1)", {"n": -1}, False),  # (in no task: no task)

@@ -58,7 +58,7 @@ def _tail(args: argparse.Namespace) -> int:
     with fetch(endpoint_url(args.url, "/stream", params), Access(args)) as response:
         for event, document in _server_sent_events(_lines_until_reset(response)):
             if event == _BEGUN:
-                _say_begun(endpoint_url(args.url, "/stream", []), params)
+                _say_begun(endpoint_url(args.url, "/stream", []), params, args.grace)
             elif event == "done":  # all that was asked for is shown
                 sys.stderr.write(f"ringtrace tail: done: {_done_reason(document, args.until)}\n")
                 return 0
@@ -81,9 +81,15 @@ def _done_reason(document: dict[str, Any], given: str | None) -> str:
 _BEGUN: Final = "begun"
 
 
-def _say_begun(url: str, params: list[tuple[str, str]]) -> None:
-    """On stderr (stdout carries the events alone, for a pipe): the tail is open, and what it shows."""
-    shown = f"events stored from now on that match {described(params)}" if params else "every event stored from now on"
+def _say_begun(url: str, params: list[tuple[str, str]], grace: str | None) -> None:
+    """On stderr (stdout carries the events alone, for a pipe): the tail is open, what it shows, and how long past its
+    until it waits (``grace``: no filter)."""
+    filters = [(name, value) for name, value in params if name != "grace"]
+    shown = "every event stored from now on"
+    if filters:
+        shown = f"events stored from now on that match {described(filters)}"
+    if grace is not None:
+        shown += f", waiting {grace} past its until"
     sys.stderr.write(f"ringtrace tail: tailing {url}, {shown}; Ctrl-C to stop\n")
     sys.stderr.flush()
 

@@ -269,13 +269,9 @@ class IncidentEngine:
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # Under a flood a step reads what it can (what the ring overwrote is kept for it within a bound); what
-            # leaves unread is counted, never silent. (Paced by CPU time it cost a saturated ingest far more than its
-            # share, pinning only what it read.) The step's own time: not its waits for a worker and for the busy loop
-            # to take it back (they stretched the pauses of a loaded collector's watch 20-fold, to seconds, and its
-            # rules fired that late).
-            watch = self._watch
-            pause_s = pacing.pause_after(sum(spent), watch is not None and watch.behind, late_s)
+            # By the step's own time, not its waits for a worker and for a busy loop to take it back (``step_pinned``;
+            # they stretched a loaded collector's pauses 20-fold, to seconds, and its rules fired that late).
+            pause_s = pacing.pause_after(sum(spent), self._watch is not None and self._watch.behind, late_s)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
                 if rule is None:

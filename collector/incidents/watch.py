@@ -82,7 +82,8 @@ class RuleWatch:
         self._limits = limits
         self._max_step_bytes = max_step_bytes
         self._progress = Progress()
-        self._behind = False
+        #: The last step left stored bytes to read: it stopped at ``max_step_bytes``, or some were not pinned for it.
+        self.behind = False
 
     @property
     def rules(self) -> RuleSet:
@@ -95,11 +96,6 @@ class RuleWatch:
         progress = self._progress
         owners = progress.missed.keys() | progress.departed_unread.keys()
         return sum(max(progress.missed.get(o, 0), progress.departed_unread.get(o, 0)) for o in owners)
-
-    @property
-    def behind(self) -> bool:
-        """The last step stopped at ``max_step_bytes`` with stored bytes left to read (the engine steps sooner)."""
-        return self._behind
 
     @property
     def undecodable_events(self) -> int:
@@ -157,7 +153,7 @@ class RuleWatch:
         progress.judge.new_step(time.time_ns(), self._plan.rules.rules)
         firings: list[Firing] = []
         budget = self._max_step_bytes
-        self._behind = False
+        self.behind = False
         accounted = dict(progress.departed_read)
         for process, segment in segments:
             cursor = progress.cursors.get(segment.seq)
@@ -172,18 +168,18 @@ class RuleWatch:
             if cursor.offset >= segment.used:  # (nothing new)
                 continue
             if not segment.size:  # not pinned (``to_read``: past what a step reads): the next step's
-                self._behind = True
+                self.behind = True
                 continue
             if self._plan.empty:  # nothing to judge: skip ahead (the decoder catches up if rules come)
                 cursor.offset, cursor.decoder, cursor.criteria = segment.used, None, None
                 advance(cursor, segment)
                 continue
             if budget <= 0:
-                self._behind = True
+                self.behind = True
                 continue
             end = min(segment.used, cursor.offset + budget)
             budget -= end - cursor.offset
-            self._behind = self._behind or end < segment.used
+            self.behind = self.behind or end < segment.used
             self._read(process, segment, cursor, end, firings)
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)

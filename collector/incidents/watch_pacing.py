@@ -11,7 +11,11 @@ loop's thread spent less than ``BUSY_LOOP`` of the wall time on the CPU, the pau
 ``LAG_BOUND_S`` of when it was due (a loop kept waiting for the GIL by the watch spends little CPU, but is late: the
 lag says so, and the watch steps back), and the machine's cores idled ``MIN_IDLE_CORES`` at least (Linux's
 ``/proc/stat``; not looked at where it cannot be read): a core the watch takes from another process (a client, a
-load generator, another collector) is one that process waits for.
+load generator, another collector) is one that process waits for. Without the C first pass (not built, or
+``RINGTRACE_PURE_PYTHON=1``) all of a step holds the GIL: the watch keeps to ``BUSY_SHARE`` always (given more, at
+150 MB/s it read no more, and doubled the collector's CPU and its HTTP API's slowest answers). Under a flood a step
+reads what it can (what the ring overwrote is kept for it within a bound); what is left unread is counted, never
+silent. (Paced by CPU time, the watch cost a saturated ingest far more than its share, pinning only what it read.)
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import os
 import time
 from collections.abc import Callable
 from typing import Final
+
+from ringtrace.collector.incidents.frame_match import ACCELERATED
 
 __all__ = [
     "BUSY_LOOP",
@@ -66,6 +72,7 @@ class WatchPacing:
         clock: wall time in seconds (monotonic).
         loop_cpu: the CPU time of the calling thread (the event loop's), in seconds.
         idle: the seconds the machine's cores have idled so far (None: not known).
+        first_pass_in_c: a step's first pass runs in C, without the GIL (else it keeps to ``BUSY_SHARE``).
     """
 
     def __init__(
@@ -73,8 +80,9 @@ class WatchPacing:
         clock: Callable[[], float] = time.monotonic,
         loop_cpu: Callable[[], float] = time.thread_time,
         idle: Callable[[], float | None] = idle_core_s,
+        first_pass_in_c: bool = ACCELERATED,
     ) -> None:
-        self._clock, self._loop_cpu, self._idle = clock, loop_cpu, idle
+        self._clock, self._loop_cpu, self._idle, self._roomy = clock, loop_cpu, idle, first_pass_in_c
         self._since, self._cpu_since, self._idle_since = clock(), loop_cpu(), idle()
 
     def pause_after(self, spent_s: float, behind: bool, late_s: float) -> float:
@@ -86,6 +94,6 @@ class WatchPacing:
         idle_cores = None if idle is None or self._idle_since is None else (idle - self._idle_since) / elapsed
         self._since, self._cpu_since, self._idle_since = now, cpu, idle
         machine_has_room = idle_cores is None or idle_cores >= MIN_IDLE_CORES
-        if behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S and machine_has_room:
+        if self._roomy and behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S and machine_has_room:
             return spent_s * (1 - ROOMY_SHARE) / ROOMY_SHARE
         return max(WATCH_INTERVAL_S, spent_s * (1 - BUSY_SHARE) / BUSY_SHARE)

@@ -30,7 +30,7 @@ __all__ = ["IncidentsSetup", "rule_set"]
 
 log = logging.getLogger("ringtrace.collector")
 
-#: What one step of the watch reads at most (the engine paces the steps: ``WATCH_SHARE``):
+#: What one step of the watch reads at most (the engine paces the steps: ``watch_pacing.py``):
 #: in C most of a step runs without the GIL; in Python all of it holds it, so a step is kept short for the loop.
 WATCH_STEP_BYTES: Final = 16 * 1024 * 1024 if ACCELERATED else 2 * 1024 * 1024
 

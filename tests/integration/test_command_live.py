@@ -371,6 +371,8 @@ def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    waits = ", waiting 1s past its until" if grace else ""  # (its grace is no filter: it said "match ... --grace 1s")
+    assert f"events stored from now on that match --until -10s{waits}; Ctrl-C to stop" in done.stderr
     said = re.search(r"ringtrace tail: done: its until \(-10s: (\S+)\) has passed", done.stderr)
     assert said is not None, done.stderr
     assert before - 10**10 <= parse_time("until", said[1], 0) <= time.time_ns() - 10**10  # (the time -10s stood for)

@@ -151,19 +151,22 @@ def test_a_task_switch_that_makes_a_lane_half_full_wakes_the_flusher(
     assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(100))
 
 
-#: Messages logged inside tasks (with values, without, and with one past its text's), and one outside any task.
+#: Messages logged inside tasks (with values, without, with one past its text's, and one of a text with a ``$task``
+#: given no value for it), and one outside any task.
 _MESSAGES = """
 import asyncio, sys, ringtrace.client
 
 tl = ringtrace.client.connect(sys.argv[1], process_name="task messages")
 handled = tl.message("app", "info", "handled $n")
 plain = tl.message("app", "info", "plain")
+named = tl.message("app", "info", "as $who for $task")
 
 async def one(i):
     with tl.scope("request", i=i):
         handled(i)
         plain()
         handled(i, "extra")
+        named("me")  # (its $task given no value: it stays as written)
 
 async def main():
     for i in range(3):
@@ -197,10 +200,47 @@ def test_messages_on_a_lane_name_their_task_as_its_spans_do(collector: Collector
                 (f"handled n({i})", {"n": i, "task": f"request-{i}"}, True),
                 ("plain", {"task": f"request-{i}"}, True),
                 (f"handled n({i})", {"n": i, "value2": "extra", "task": f"request-{i}"}, True),
+                ("as who(me) for $task", {"who": "me"}, True),  # (a field of its own is named task: no twin)
             )
         ),
         ("handled n(-1)", {"n": -1}, False),  # (in no task: no task)
     ]
+
+
+#: Message kinds, each logged once in a task of its own: ``sys.argv[2]`` of them, then ``sys.argv[3]`` more.
+_MANY_KINDS = """
+import asyncio, sys, ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="many kinds")
+logged = []
+
+async def one(i):
+    logged[i](i)
+
+async def main(count):
+    logged.extend(tl.message("app", "info", f"message {len(logged)} $n") for _ in range(count))
+    for i in range(len(logged) - count, len(logged)):
+        await asyncio.create_task(one(i), name=f"request-{i}")
+
+asyncio.run(main(int(sys.argv[2])))
+print("first delivered:", tl.flush(timeout_s=30))  # (their twins made)
+asyncio.run(main(int(sys.argv[3])))
+print("delivered:", tl.flush(timeout_s=30))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_messages_on_lanes_of_a_program_with_many_kinds_are_all_shown(
+    collector: CollectorProcess, pure_python: bool
+) -> None:
+    # A twin for every message kind logged on a lane: with 700 kinds, 300 of them logged before the rest were
+    # registered, the process's kinds passed the 1,000 a stream declares, and the messages of the kinds (and twins)
+    # past it were lost (300 of 700 shown).
+    done = _run(_MANY_KINDS, [collector.tcp_address, "300", "400"], pure_python)
+    assert done.returncode == 0 and "delivered: True" in done.stdout, done.stderr
+    shown = {e["args"]["n"]: e["args"] for e in events(collector.snapshot(), "i") if e["cat"] == "app"}
+    assert sorted(shown) == list(range(700))
+    assert shown[0]["task"] == "request-0"  # (twins while there is room)
 
 
 def _run(program: str, args: list[str], pure_python: bool) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,8 @@ a time, so that no single list operation holds the interpreter for long while a 
 accelerator moves the values without touching them (``take_runs``).
 
 A lane serves many short tasks in turn (a server's requests: one task each) with one buffer, in which each task after
-the first begins with a ``TASK_SWITCH`` record (``tracks.py``): the drain takes these out and names each task's spans,
-instants and messages after it (a ``task`` argument; a message takes its kind's twin that has a ``task`` field after
-its values, ``messages.lane_kind``), so that listeners and the flusher pay per lane and sweep, not per task.
+the first begins with a ``TASK_SWITCH`` record (``tracks.py``): the drain takes these out and names each task's spans
+and instants after it (a ``task`` argument), so that listeners and the flusher pay per lane and sweep, not per task.
 
 A drain that fails once events have left their buffers (a MemoryError: the copy of a segment of compact records is
 as large as the segment) hands nothing over: ``take_events`` fills the caller's list as it goes, segments first as
@@ -26,11 +25,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.recording.messages import LANE_KINDS, lane_kind
 from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer, switches_in
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import as_map
-from ringtrace.wire.model import ASYNC_TRACK, FIRST_TYPED_KIND, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.record_runs import RecordRun
 
 __all__ = ["Run", "events_in", "events_taken", "lane_parents", "take_events"]
@@ -139,7 +137,6 @@ def _name_tasks(run: list[Any], task: Any) -> Any:
     one lane, ``task``'s first), and takes the ``TASK_SWITCH`` records out. Returns the task of the last events."""
     kept: list[Any] | None = None  # (the records kept, once a switch is met: told by identity, never a label's ==)
     name = task.get_name()
-    twins = LANE_KINDS
     for i in range(0, len(run), RECORD_FIELDS):
         kind = run[i]
         if kind is TASK_SWITCH:
@@ -154,15 +151,6 @@ def _name_tasks(run: list[Any], task: Any) -> Any:
                 run[i + 4] = {"task": name}
             elif type(args) is dict and "task" not in args:
                 run[i + 4] = {**args, "task": name}  # a copy: the caller may hold on to its map
-        elif type(kind) is int and kind >= FIRST_TYPED_KIND:
-            values = run[i + 4]
-            if type(values) is tuple:  # a message's values
-                twin = twins.get((kind, len(values)), -1)  # (the function only for a kind new to lanes)
-                if twin == -1:
-                    twin = lane_kind(kind, len(values))
-                if twin is not None:
-                    run[i] = twin
-                    run[i + 4] = (*values, name)
         if kept is not None:
             kept += run[i : i + RECORD_FIELDS]
     if kept is not None:

@@ -19,9 +19,7 @@ priority in its SCHEMA entry, one field per ``$name``), so an event carries only
 ``enabled``, which its timeline sets whenever its priority changes; when it is off and sampling may turn it on, the
 call looks at the sampling window. The values are normalised on the flusher, as arguments are. The C recorder keeps a
 message whose category is text and whose values are flat (what the stream encoder packs as they are) as a compact
-record, its values already packed (``wire/record_runs.py``), as it keeps such instants. A message recorded in an
-asyncio task is on the task's lane, where the drain names its task as it does spans' and instants': its kind's twin
-(``lane_kind``) has a ``task`` field after its values, and the drain adds the task's name there.
+record, its values already packed (``wire/record_runs.py``), as it keeps such instants.
 """
 
 from __future__ import annotations
@@ -29,16 +27,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.wire.arg_values import display_text, normalise_values
 from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, placeholder_names, priority_level
 from ringtrace.wire.model import KINDS
-from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.table_frames import KindSpec
 
-__all__ = ["LANE_KINDS", "TWINS_BELOW_KINDS", "Message", "Sampling", "lane_kind", "message_kind", "set_gate"]
+__all__ = ["Message", "Sampling", "message_kind", "set_gate"]
 
 _now = time.monotonic_ns
 
@@ -65,38 +62,6 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
         # The converter is normalise_values itself: the C encoder packs flat values of such kinds without it.
         kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, normalise_values, first_line, priority))
     return kind
-
-
-#: Each message kind's twin on asyncio lanes, by (kind id, count of values); None: none (``lane_kind``).
-LANE_KINDS: dict[tuple[int, int], int | None] = {}
-#: Twins are made only while the process has fewer kinds than this, half of the kinds a collector's stream declares
-#: by default: a stream declares the process's kinds in the order they came, up to its ``max_kinds``, and the events
-#: of a kind past it are lost; a twin taking that room would cost a message, or a kind registered after it, its place.
-TWINS_BELOW_KINDS: Final = Limits().max_kinds // 2
-
-
-def lane_kind(kind_id: int, count: int) -> int | None:
-    """The kind a message of kind ``kind_id`` logged with ``count`` values takes on an asyncio lane, where the drain
-    adds its task's name after its values (spans and instants there carry it as their ``task`` arg): the same
-    category, text and priority, its values named as ``render`` names them, then a ``task`` field. None where
-    ``kind_id`` is no message's, a field or value is named ``task`` already (a twin's own; or a ``$task`` in its
-    text, which the task's name would fill when given no value), or there are more than
-    ``MAX_MESSAGE_VALUES`` values (so that the twins a kind makes stay few), or the process has
-    ``TWINS_BELOW_KINDS`` kinds already (the message keeps its own kind, without its task). Registered once per
-    (kind, count), on the flusher's thread."""
-    key = (kind_id, count)
-    twin = LANE_KINDS.get(key, -1)
-    if twin != -1:
-        return twin
-    kind = KINDS.by_id.get(kind_id)
-    twin = None
-    if kind is not None and kind.shape == "message" and count <= MAX_MESSAGE_VALUES and len(KINDS) < TWINS_BELOW_KINDS:
-        names = [name for name, _ in kind.fields[:count]]
-        names += [f"value{i + 1}" for i in range(len(names), count)]  # (as ``render`` names values past the fields)
-        if all(name != "task" for name, _ in kind.fields):  # (a twin's, or a ``$task`` of its own)
-            fields = (*((name, "any") for name in names), ("task", "any"))
-            twin = KINDS.register(kind.name, "message", fields, KINDS.converters[kind_id], kind.text, kind.priority).id
-    return LANE_KINDS.setdefault(key, twin)
 
 
 class Sampling:

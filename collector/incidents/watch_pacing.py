@@ -9,9 +9,10 @@ them: held to that share there, the watch read at most ~80 MB/s of stored bytes 
 read (``behind``) and there is room, it takes up to ``ROOMY_SHARE``. There is room when, since the last step, the
 loop's thread spent less than ``BUSY_LOOP`` of the wall time on the CPU, the pause before the step ended within
 ``LAG_BOUND_S`` of when it was due (a loop kept waiting for the GIL by the watch spends little CPU, but is late: the
-lag says so, and the watch steps back), and the machine's cores idled ``MIN_IDLE_CORES`` at least (Linux's
-``/proc/stat``; not looked at where it cannot be read): a core the watch takes from another process (a client, a
-load generator, another collector) is one that process waits for. Without the C first pass (not built, or
+lag says so, and the watch steps back). Not whether the machine has an idle core: under a flood of clients on the
+same cores the watch must keep up with what the ring turns over, and a watch that waited for an idle core there
+left a slow span unjudged until the ring had overwritten its window (``bench_incidents.py --no-rules``: 3 runs of 3).
+The cores it takes there are the clients', which count what they cannot send. Without the C first pass (not built, or
 ``RINGTRACE_PURE_PYTHON=1``) all of a step holds the GIL: the watch keeps to ``BUSY_SHARE`` always (given more, at
 150 MB/s it read no more, and doubled the collector's CPU and its HTTP API's slowest answers). Under a flood a step
 reads what it can (what the ring overwrote is kept for it within a bound); what is left unread is counted, never
@@ -20,7 +21,6 @@ silent. (Paced by CPU time, the watch cost a saturated ingest far more than its 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Final
@@ -31,11 +31,9 @@ __all__ = [
     "BUSY_LOOP",
     "BUSY_SHARE",
     "LAG_BOUND_S",
-    "MIN_IDLE_CORES",
     "ROOMY_SHARE",
     "WATCH_INTERVAL_S",
     "WatchPacing",
-    "idle_core_s",
 ]
 
 #: How often the watch reads what was stored since, when it keeps up (or ingest keeps the loop busy).
@@ -48,21 +46,6 @@ ROOMY_SHARE: Final = 0.75
 BUSY_LOOP: Final = 0.5
 #: How late the pause before a step may end for the loop to count as having room.
 LAG_BOUND_S: Final = 0.005
-#: The cores the machine left idle since the last step, at least, for there to be room (on average over the time).
-MIN_IDLE_CORES: Final = 0.5
-#: Clock ticks a second of ``/proc/stat``'s times.
-_TICKS_S: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def idle_core_s() -> float | None:
-    """The seconds the machine's cores have idled so far, summed (Linux ``/proc/stat``: idle and iowait); None where
-    it cannot be read."""
-    try:
-        with open("/proc/stat", "rb") as stat:
-            fields = stat.readline().split()
-        return (int(fields[4]) + int(fields[5])) / _TICKS_S
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class WatchPacing:
@@ -71,7 +54,6 @@ class WatchPacing:
     Args:
         clock: wall time in seconds (monotonic).
         loop_cpu: the CPU time of the calling thread (the event loop's), in seconds.
-        idle: the seconds the machine's cores have idled so far (None: not known).
         first_pass_in_c: a step's first pass runs in C, without the GIL (else it keeps to ``BUSY_SHARE``).
     """
 
@@ -79,21 +61,17 @@ class WatchPacing:
         self,
         clock: Callable[[], float] = time.monotonic,
         loop_cpu: Callable[[], float] = time.thread_time,
-        idle: Callable[[], float | None] = idle_core_s,
         first_pass_in_c: bool = ACCELERATED,
     ) -> None:
-        self._clock, self._loop_cpu, self._idle, self._roomy = clock, loop_cpu, idle, first_pass_in_c
-        self._since, self._cpu_since, self._idle_since = clock(), loop_cpu(), idle()
+        self._clock, self._loop_cpu, self._roomy = clock, loop_cpu, first_pass_in_c
+        self._since, self._cpu_since = clock(), loop_cpu()
 
     def pause_after(self, spent_s: float, behind: bool, late_s: float) -> float:
         """The pause before the next step, after one that took ``spent_s`` (its own time, not its waits), left bytes
         to read if ``behind``, and began ``late_s`` after its pause was due."""
-        now, cpu, idle = self._clock(), self._loop_cpu(), self._idle()
-        elapsed = max(now - self._since, 1e-9)
-        busy = (cpu - self._cpu_since) / elapsed
-        idle_cores = None if idle is None or self._idle_since is None else (idle - self._idle_since) / elapsed
-        self._since, self._cpu_since, self._idle_since = now, cpu, idle
-        machine_has_room = idle_cores is None or idle_cores >= MIN_IDLE_CORES
-        if self._roomy and behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S and machine_has_room:
+        now, cpu = self._clock(), self._loop_cpu()
+        busy = (cpu - self._cpu_since) / max(now - self._since, 1e-9)
+        self._since, self._cpu_since = now, cpu
+        if self._roomy and behind and busy < BUSY_LOOP and late_s < LAG_BOUND_S:
             return spent_s * (1 - ROOMY_SHARE) / ROOMY_SHARE
         return max(WATCH_INTERVAL_S, spent_s * (1 - BUSY_SHARE) / BUSY_SHARE)

@@ -10,11 +10,9 @@ import pytest
 from ringtrace.collector.incidents.watch_pacing import (
     BUSY_SHARE,
     LAG_BOUND_S,
-    MIN_IDLE_CORES,
     ROOMY_SHARE,
     WATCH_INTERVAL_S,
     WatchPacing,
-    idle_core_s,
 )
 
 
@@ -24,16 +22,14 @@ class Clocks:
     def __init__(self) -> None:
         self.wall = 100.0
         self.cpu = 5.0
-        self.idle = 1000.0
 
-    def elapse(self, wall_s: float, loop_busy: float, idle_cores: float = 1.0) -> None:
+    def elapse(self, wall_s: float, loop_busy: float) -> None:
         self.wall += wall_s
         self.cpu += wall_s * loop_busy
-        self.idle += wall_s * idle_cores
 
 
 def pacing(clocks: Clocks) -> WatchPacing:
-    return WatchPacing(lambda: clocks.wall, lambda: clocks.cpu, lambda: clocks.idle, first_pass_in_c=True)
+    return WatchPacing(lambda: clocks.wall, lambda: clocks.cpu, first_pass_in_c=True)
 
 
 def test_a_watch_that_keeps_up_steps_every_interval() -> None:
@@ -62,31 +58,6 @@ def test_a_watch_behind_on_a_busy_or_late_loop_keeps_to_the_busy_share(loop_busy
     assert 0.02 / (0.02 + pause) == pytest.approx(BUSY_SHARE)
 
 
-def test_a_watch_behind_on_a_machine_with_no_idle_core_keeps_to_the_busy_share() -> None:
-    # The loop has room, but the machine's cores are taken (a load generator, clients, another collector): a core
-    # the watch took would be one of theirs.
-    clocks = Clocks()
-    paced = pacing(clocks)
-    clocks.elapse(1.0, 0.2, idle_cores=MIN_IDLE_CORES / 2)
-    assert paced.pause_after(0.02, behind=True, late_s=0.0) == pytest.approx(0.02 * (1 - BUSY_SHARE) / BUSY_SHARE)
-    clocks.elapse(1.0, 0.2, idle_cores=MIN_IDLE_CORES * 2)
-    assert paced.pause_after(0.02, behind=True, late_s=0.0) == pytest.approx(0.02 * (1 - ROOMY_SHARE) / ROOMY_SHARE)
-
-
-def test_where_the_machine_s_idle_time_is_not_known_the_loop_alone_tells() -> None:
-    clocks = Clocks()
-    paced = WatchPacing(lambda: clocks.wall, lambda: clocks.cpu, lambda: None, first_pass_in_c=True)
-    clocks.elapse(1.0, 0.2)
-    assert paced.pause_after(0.02, behind=True, late_s=0.0) == pytest.approx(0.02 * (1 - ROOMY_SHARE) / ROOMY_SHARE)
-
-
-def test_the_machine_s_idle_time_is_read_where_linux_tells_it() -> None:
-    first = idle_core_s()
-    if first is None:
-        pytest.skip("no /proc/stat here")
-    assert first > 0 and idle_core_s() >= first  # type: ignore[operator]
-
-
 def test_the_loop_is_judged_on_the_time_since_the_last_step_only() -> None:
     clocks = Clocks()
     paced = pacing(clocks)
@@ -102,7 +73,7 @@ def test_without_the_c_first_pass_a_watch_behind_keeps_to_the_busy_share() -> No
     program = (
         "from ringtrace.collector.incidents.watch_pacing import WatchPacing\n"
         "wall, cpu = iter([100.0, 100.2]), iter([5.0, 5.04])  # (room: a fifth of a core)\n"
-        "paced = WatchPacing(lambda: next(wall), lambda: next(cpu), lambda: None)  # (the machine's idle: not known)\n"
+        "paced = WatchPacing(lambda: next(wall), lambda: next(cpu))\n"
         "print(paced.pause_after(0.02, behind=True, late_s=0.0))\n"
     )
     environment = {**os.environ, "RINGTRACE_PURE_PYTHON": "1"}

@@ -16,8 +16,8 @@ first, so that order is kept and nothing is dropped on the way.
 A sweep that fails on an unexpected error (a bug, or a listener's) raises into no thread, the program's that flushes
 least of all: the runs it had taken and not handed over are counted as lost by each listener they were meant for
 (``lost_to_error``: a serialized listener's ``internal_error_events``, which its STATS report), the log says so at
-most once a minute, and the thread's next sweep waits, longer while sweeps keep failing (``pass_failures.py``). A
-listener's own call that fails loses that listener's run alone, counted and said the same way.
+most once a minute, and the thread's next sweep waits, longer while sweeps keep failing (``pass_failures.py``); other
+timelines are swept all the same. A listener's call that fails loses its own run alone, counted and said so too.
 
 Its pace is the listeners' own configuration, never set from outside: ``interval_s`` is the shortest
 ``batch_interval_s`` a listener of a swept timeline declares (``Paced``: the streamer, from its options), and
@@ -68,8 +68,7 @@ Run = list[Any] | CallRun | RecordRun
 
 
 class Drained(NamedTuple):
-    """What a timeline's ``drain()`` took: runs of events per track, tracks that ended, events dropped over its
-    bound."""
+    """What a timeline's ``drain()`` took: runs of events per track, tracks that ended, events dropped (its bound)."""
 
     runs: list[tuple[TrackInfo, Run]]
     ended: list[TrackInfo]
@@ -303,10 +302,13 @@ class Flusher:
         if not self._sweep_lock.acquire(timeout=timeout):
             return False
         try:
-            complete = self._sweep_carried(deadline)
+            complete, failure = self._sweep_carried(deadline), None
             for timeline in self.timelines():
-                complete = complete and self._sweep_one(timeline, deadline)
-            return complete
+                try:
+                    complete = complete and self._sweep_one(timeline, deadline)
+                except Exception as exc:
+                    failure = failure or exc
+            return complete if failure is None else self._failed(failure)
         except Exception as exc:  # never into the thread that sweeps (the program's, at exit; the streamer's)
             return self._failed(exc)
         finally:
@@ -385,9 +387,8 @@ class Flusher:
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:
                 _call(listeners, "retire", ending[track.track_id])
-            # Let recording threads run between runs, once this thread has held the interpreter for a while: each
-            # yield to a busy thread costs a hand-over of the interpreter there and back (the second after that
-            # thread's switch interval), for nothing where a pass is a few small runs (samples, a few log records).
+            # Let recording threads run between runs, once this thread has held the interpreter a while: a yield to a
+            # busy thread costs a hand-over there and back, for nothing where a pass is a few small runs.
             if not behind and time.monotonic() - yielded_at >= _HOLD_S:
                 unpatched.sleep(0)
                 yielded_at = time.monotonic()
@@ -395,9 +396,9 @@ class Flusher:
 
     def _run(self) -> None:
         while True:
-            try:
+            try:  # (a sweep that fails says so, and counts what it lost: ``_failed``)
                 self._wait_for_sweep()
-                self.sweep_all()  # (a sweep that fails says so, and counts what it lost: ``_failed``)
+                self.sweep_all()
             except Exception as exc:  # a bug here must not end tracing for the process
                 self._failed(exc)
 

@@ -84,3 +84,42 @@ def test_a_sweep_that_fails_raises_nothing_into_flush_and_its_runs_are_counted_l
     (said,) = errors(caplog)
     assert "a pass of the flusher's thread failed on an unexpected error (RuntimeError: a listener's prop" in said
     assert "5 events lost (counted as dropped_events and internal_error_events by their listeners)" in said
+
+
+class DrainsNothing:
+    """A timeline whose drain fails on a bug, every time (what the flusher sweeps: ``Sweepable``)."""
+
+    listeners = (MemoryListener(),)
+    max_buffered_events = 1000
+
+    def drain(self) -> Any:
+        raise RuntimeError("this timeline's drain fails, a bug")
+
+    def renamed_threads(self) -> list[Any]:
+        return []
+
+    def after_fork_in_child(self, replacements: dict[int, Any]) -> None:
+        pass
+
+    def close(self, timeout_s: float = 2.0) -> bool:
+        return True
+
+
+def test_a_timeline_whose_sweep_fails_keeps_no_other_timelines_events_from_their_listeners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lost_as = FLUSHER.failures.lost_as
+    monkeypatch.setattr(FLUSHER, "failures", PassFailures("flusher", lost_as))  # (none said before, in this process)
+    broken = DrainsNothing()
+    FLUSHER.register(broken)  # (swept first: registered first)
+    memory = MemoryListener()
+    timeline = Timeline("test", [memory])
+    try:
+        with FLUSHER.sweeping():  # (the flusher's thread sweeps nothing meanwhile)
+            timeline.instant("delivered all the same")
+            assert FLUSHER.sweep_all() is False  # (the broken one's failure is said and counted, not raised)
+            assert [event.name for event in memory.events] == ["delivered all the same"]
+            assert FLUSHER.failures.failures == 1
+    finally:
+        FLUSHER.unregister(broken)
+        timeline.close()

@@ -6,31 +6,17 @@ switch interval of a minute there keeps the other threads off the interpreter wh
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
+import alone
 from ringtrace.wire.call_records import event_count
 
 __all__ = ["drains_with_a_failure", "run_alone"]
 
 
 def run_alone(test_file: str, function: str, **environment: str) -> None:
-    """Call ``function`` of the module ``test_file`` in a Python process of its own (``environment`` added to this
-    one's), the tests' helpers importable, and fail with its error output if it does."""
-    here = Path(test_file)
-    paths = [str(here.parent), str(Path(__file__).parent)]
-    program = f"import sys; sys.path[:0] = {paths!r}; sys.setswitchinterval(60); from {here.stem} import {function}"
-    done = subprocess.run(
-        [sys.executable, "-c", f"{program}; {function}()"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **environment},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    """``alone.run_alone``, with the switch interval of a minute said above."""
+    alone.run_alone(test_file, function, switch_interval_s=60.0, **environment)
 
 
 def drains_with_a_failure(timeline: Any, n: int) -> tuple[int, int, bool]:

@@ -22,8 +22,9 @@ class NotWithin(AssertionError):
     """What was awaited did not come about within its deadline."""
 
 
-def _not_within(what: str, timeout_s: float, last: object) -> NotWithin:
-    return NotWithin(f"not within {timeout_s} s: {what}; last seen: {last!r}")
+def _not_within(what: str, timeout_s: float, last: object, explain: Callable[[], str] | None = None) -> NotWithin:
+    said = f"not within {timeout_s} s: {what}; last seen: {last!r}"
+    return NotWithin(said if explain is None else f"{said}\n{explain()}")
 
 
 def wait_for(
@@ -34,10 +35,12 @@ def wait_for(
     until: Callable[[T], object] = bool,
     ignoring: tuple[type[BaseException], ...] = (),
     interval_s: float = 0.05,
+    explain: Callable[[], str] | None = None,
 ) -> T:
     """Call ``poll`` until ``until`` accepts what it returns (by default: until it returns something true), and return
-    that. Raises ``NotWithin`` after ``timeout_s``, naming ``what`` and the last value seen. ``ignoring``: exceptions
-    ``poll`` may raise meanwhile (a server not listening yet), taken as "not yet"."""
+    that. Raises ``NotWithin`` after ``timeout_s``, naming ``what`` and the last value seen, and adding what
+    ``explain`` says then (where the thread that should have acted was, say). ``ignoring``: exceptions ``poll`` may
+    raise meanwhile (a server not listening yet), taken as "not yet"."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -49,7 +52,7 @@ def wait_for(
                 return value
             last = value
         if time.monotonic() > deadline:
-            raise _not_within(what, timeout_s, last)
+            raise _not_within(what, timeout_s, last, explain)
         time.sleep(interval_s)
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 from out_of_memory import drains_with_a_failure, run_alone
-from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
+from recording_calls import Marker, record_by
+from ringtrace.client import DecodedEvent, MemoryListener, Timeline, TrackInfo
 from ringtrace.client.delivery.flusher import FLUSHER, Flusher
 from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
 from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK
@@ -64,12 +65,6 @@ def run_thread(target: Callable[[], None], name: str) -> threading.Thread:
     thread.join(30)
     assert not thread.is_alive()
     return thread
-
-
-class Marker:
-    """An argument value whose lifetime shows whether some buffer still holds the event."""
-
-    __slots__ = ("__weakref__",)
 
 
 # -- listeners -----------------------------------------------------------------------------------------------------
@@ -869,34 +864,6 @@ def test_a_task_that_records_as_the_last_listener_goes_is_not_kept_once_done() -
     timeline.close()
 
 
-class Counted(Event):
-    """A typed event whose lifetime shows whether a buffer holds it."""
-
-    n: u32
-
-
-def _record(call: str, tl: Timeline, i: int, held: list[weakref.ref[Any]]) -> None:
-    """Record one event by ``call``, holding a fresh object (``held`` refers to it) that lives as long as a buffer
-    keeps it."""
-    token = Marker() if call != "push" else Counted(n=i)
-    held.append(weakref.ref(token))
-    if call == "instant":
-        tl.instant("e", i=i, token=token)
-    elif call == "compact":  # (the C recorder keeps it as a compact record: it holds no token)
-        tl.instant("e")
-    elif call == "scope":
-        with tl.scope("e", i=i, token=token):
-            pass
-    elif call == "push":
-        tl.push(token)
-    elif call == "message":
-        tl.message("bounded", "info", "e $i $token")(i, token)
-    elif call == "marker":
-        tl.marker("e", i=i, token=token)
-    else:
-        tl.async_begin("e", i, token=token)
-
-
 BOUND = 1000
 
 
@@ -909,7 +876,7 @@ def test_a_full_buffer_refuses_events_as_they_are_recorded_counted_as_dropped(ca
 
     def record() -> None:
         for i in range(3 * BOUND):
-            _record(call, timeline, i, held)
+            record_by(call, timeline, i, held)
 
     async def in_a_task() -> None:
         record()
@@ -978,75 +945,6 @@ def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
     assert timeline.flush(timeout_s=30)
     assert memory.events[-1].args["i"] == 20
     timeline.close()
-
-
-class PacedMemoryListener(MemoryListener):
-    """A memory listener that sets the flusher's pace while it listens, as a streamer does from its options."""
-
-    def __init__(self, batch_interval_s: float, exit_timeout_s: float = 2.0) -> None:
-        super().__init__()
-        self.batch_interval_s, self.exit_timeout_s = batch_interval_s, exit_timeout_s
-
-
-@pytest.mark.parametrize("call", ["instant", "compact", "scope", "push", "message", "marker", "async_begin"])
-def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str) -> None:
-    memory = PacedMemoryListener(batch_interval_s=3600.0)  # the flusher waits an hour between sweeps
-    timeline = Timeline("woken", [memory], max_buffered_events=BOUND)
-    try:
-        timeline.instant("sync")
-        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_for(  # swept by the flusher, which now waits an hour
-            lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the sweep", interval_s=0.005
-        )
-        for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
-            _record(call, timeline, i, [])
-        wait_for(  # not in an hour
-            lambda: len(memory.events),
-            until=lambda n: n == 2 + BOUND // 2,
-            timeout_s=30,
-            what="the half-full buffer swept",
-            interval_s=0.005,
-        )
-    finally:
-        timeline.close()
-
-
-def test_the_flushers_pace_is_its_listeners_own_while_they_listen() -> None:
-    quick, patient = PacedMemoryListener(0.001), PacedMemoryListener(1.0, exit_timeout_s=600.0)
-    timelines = [Timeline("quick", [quick]), Timeline("patient", [patient])]
-    try:
-        # The shortest interval and the longest exit timeout of the listeners of the timelines it sweeps.
-        assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.001, 600.0)
-        timelines[0].instant("swept soon")
-        wait_for(
-            lambda: len(quick.events), until=lambda n: n == 1, timeout_s=30, what="the flusher's own sweep"
-        )  # no flush
-    finally:
-        for timeline in timelines:
-            timeline.close()
-    assert FLUSHER.interval_s > 0.001 and FLUSHER.exit_timeout_s < 600.0  # theirs no more
-
-
-def test_a_flusher_left_waiting_long_reads_its_interval_again_when_a_timeline_comes() -> None:
-    slow = PacedMemoryListener(3600.0)
-    hourly = Timeline("hourly", [slow])
-    try:
-        hourly.instant("sync")
-        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_for(
-            lambda: len(slow.events), until=lambda n: n == 1, timeout_s=30, what="a sweep"
-        )  # then it waits an hour
-        quick = PacedMemoryListener(0.01)
-        timeline = Timeline("quick", [quick])
-        try:
-            timeline.instant("swept within the new interval")
-            wait_for(
-                lambda: len(quick.events), until=lambda n: n == 1, timeout_s=30, what="a sweep within the new interval"
-            )
-        finally:
-            timeline.close()
-    finally:
-        hourly.close()
 
 
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:
@@ -1203,42 +1101,6 @@ def test_a_lane_that_serves_many_tasks_in_turn_names_each_slice_s_task(tl: Timel
     ]
     assert shared == {"kept": 1}  # the caller's map is not written to
     assert all("task" not in e.args for e in listener.events if e.name == "level")
-
-
-def test_a_listener_whose_pace_cannot_be_read_leaves_the_flusher_sweeping() -> None:
-    class Unreadable(MemoryListener):
-        @property
-        def batch_interval_s(self) -> float:
-            raise RuntimeError("not configured")
-
-        @property
-        def exit_timeout_s(self) -> float:
-            return float("nan")  # not a pace either
-
-    memory = MemoryListener()
-    timelines = [Timeline("unreadable", [Unreadable()]), Timeline("swept", [memory])]
-    try:
-        assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.05, 2.0)  # the flusher's own
-        FLUSHER.wake()
-        timelines[1].instant("swept by the flusher")
-        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the flusher's sweep")
-    finally:
-        for timeline in timelines:
-            timeline.close()
-
-
-def test_a_flusher_left_waiting_long_reads_its_interval_again_when_the_listener_that_set_it_goes() -> None:
-    slow, memory = PacedMemoryListener(3600.0), MemoryListener()
-    timeline = Timeline("paced", [slow, memory])
-    try:
-        timeline.instant("sync")
-        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="a sweep")  # then an hour
-        timeline.remove_listener(slow)  # the pace is the flusher's own again
-        timeline.instant("swept within the flusher's own interval")
-        wait_for(lambda: len(memory.events), until=lambda n: n == 2, timeout_s=30, what="a sweep without the slow one")
-    finally:
-        timeline.close()
 
 
 def test_what_waits_for_the_flusher_to_start_runs_once_on_the_thread_that_starts_it() -> None:

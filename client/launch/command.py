@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if given[0] == "run":
         return _run(given[1:])
+    if given[0].startswith("-"):  # (no flag comes before the command: each command has its own)
+        print(f"ringtrace: unrecognized option {given[0]}: the command comes first: ringtrace --help", file=sys.stderr)
+        return 2
     entry = importlib.import_module(_COLLECTOR_ENTRY)  # needs nothing of the extra: it says what is missing
     status: int = entry.command(given)
     return status

@@ -134,8 +134,9 @@ def test_each_command_says_its_version(script: str) -> None:
          "ringtrace spans: --min-duration: a duration must not be negative, got '-5ms'"),
         (["top", "http://127.0.0.1:9", "--max-duration", "-5ms"],
          "ringtrace top: --max-duration: a duration must not be negative, got '-5ms'"),
+        (["--bogus", "snapshot"], "ringtrace: unrecognized option --bogus: the command comes first: ringtrace --help"),
     ],
-    ids=["--include without --functions", "--builtins without --functions", "spans -5ms", "top -5ms"],
+    ids=["--include without --functions", "--builtins without --functions", "spans -5ms", "top -5ms", "a flag first"],
 )  # fmt: skip
 def test_a_bad_argument_is_one_line_and_status_2(argv: list[str], said: str) -> None:
     done = _installed(*argv)

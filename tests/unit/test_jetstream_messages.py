@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ringtrace.collector.jetstream import fleet
 from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
@@ -187,28 +188,51 @@ def test_the_fleet_counts_from_headers_alone_are_what_the_messages_read_whole_sa
 
 
 class _CutShort:
-    """Stands in for nats-py's JetStream context: the stream holds 3 messages, one is delivered, then none comes; its
-    ``stream_info`` answers the first time and, if ``lost``, never again (the cluster went away mid-read)."""
+    """Stands in for nats-py's JetStream context: the stream holds 3 messages; one is delivered, then none comes for
+    ``stall`` waits (for ever if None), then the other two. ``stored``: whether the stream still holds those two
+    (else its limits removed them meanwhile); ``lost``: its API stops answering after the first ``stream_info``
+    (the cluster went away mid-read)."""
 
-    def __init__(self, lost: bool) -> None:
-        self.lost, self.asked = lost, 0
+    def __init__(self, *, lost: bool = False, stored: bool = True, stall: int | None = None) -> None:
+        self.lost, self.stored, self.stall, self.asked = lost, stored, stall, 0
 
-    async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any:
+    def _answering(self) -> None:
         self.asked += 1
         if self.lost and self.asked > 1:
             raise TimeoutError("no responders")
+
+    async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any:
+        self._answering()
         return SimpleNamespace(state=SimpleNamespace(messages=3, bytes=300, subjects={"ringtrace.h.1.i": 3}))
 
+    async def get_msg(self, stream_name: str, seq: int | None = None, subject: str | None = None,
+                      direct: bool | None = False, next: bool | None = False) -> Any:  # fmt: skip
+        from nats.js.errors import NotFoundError
+
+        self._answering()
+        assert next and seq is not None and subject == "ringtrace.>"
+        if not self.stored or seq > 3:
+            raise NotFoundError(code=404, err_code=10037, description="no message found")
+        return SimpleNamespace(seq=seq, subject="ringtrace.h.1.i")
+
     async def subscribe(self, subject: str, **options: Any) -> Any:
-        first = SimpleNamespace(
-            subject="ringtrace.h.1.i", headers={}, data=b"x",
-            metadata=SimpleNamespace(sequence=SimpleNamespace(stream=1), num_pending=2),
-        )  # fmt: skip
-        delivered = [first]
+        def message(seq: int) -> Any:
+            return SimpleNamespace(
+                subject="ringtrace.h.1.i", headers={}, data=b"x",
+                metadata=SimpleNamespace(sequence=SimpleNamespace(stream=seq), num_pending=3 - seq),
+            )  # fmt: skip
+
+        delivered, stalls = [message(1)], [self.stall]
 
         async def next_msg(timeout: float) -> Any:
             if delivered:
                 return delivered.pop()
+            if stalls[0] is not None and stalls[0] <= 0 and self.stored:
+                stalls[0] = None
+                delivered.extend([message(3), message(2)])
+                return delivered.pop()
+            if stalls[0] is not None:
+                stalls[0] -= 1
             raise TimeoutError
 
         async def unsubscribe() -> None:
@@ -217,11 +241,26 @@ class _CutShort:
         return SimpleNamespace(next_msg=next_msg, unsubscribe=unsubscribe)
 
 
+def read(js: _CutShort) -> list[int]:
+    return [m.stream_seq for m in asyncio.run(fetch(js, "ringtrace", "ringtrace.>"))]
+
+
 def test_a_read_cut_short_by_a_lost_cluster_is_refused_not_served_as_the_whole_stream() -> None:
     with pytest.raises(ConnectionError, match="stopped answering while it was read"):
-        asyncio.run(fetch(_CutShort(lost=True), "ringtrace", "ringtrace.>"))
-    # The stream still answers: the messages still pending were removed by its limits meanwhile.
-    assert [m.stream_seq for m in asyncio.run(fetch(_CutShort(lost=False), "ringtrace", "ringtrace.>"))] == [1]
+        read(_CutShort(lost=True))
+    # The messages still pending were removed by the stream's limits meanwhile: what it holds was read.
+    assert read(_CutShort(stored=False)) == [1]
+
+
+def test_a_read_whose_delivery_stalls_waits_for_the_messages_the_stream_still_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stall longer than the wait for the next message (servers starved of CPU, say) is no end of the stream: the
+    read goes on while the stream holds messages after the last one read, and is refused if none comes at all."""
+    monkeypatch.setattr(fleet, "NEXT_MESSAGE_TIMEOUT_S", 0.01)
+    assert read(_CutShort(stall=3)) == [1, 2, 3]
+    with pytest.raises(ConnectionError, match="delivered none of the messages it holds after sequence 1"):
+        read(_CutShort(stall=None))
 
 
 def heartbeat_message(seq: int, data: bytes) -> StoredMessage:

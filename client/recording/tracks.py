@@ -442,7 +442,7 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
 
 def _watch_collections() -> None:
     """``_collecting`` kept from now on (from the first task let go of: no other program's process is changed)."""
-    if _on_collection not in gc.callbacks:
+    if not any(callback is _on_collection for callback in gc.callbacks):  # (is: a callback's == may do anything)
         gc.callbacks.append(_on_collection)
 
 

@@ -17,6 +17,7 @@ without the lock on every event of a task.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import weakref
@@ -408,21 +409,41 @@ def _let_go(buffer: TrackBuffer, task: Task[Any]) -> None:
 
 class _LetGo:
     """Owns a lane's buffer in place of a task it no longer keeps alive (``Tracks._let_go_of_idle_lanes``): alive
-    while the task is, and for one look more. A task destroyed pending ends its open scopes after its weak references
-    are gone (the garbage collector clears those first, then runs finalizers, which may let the flusher in), so the
-    pass that finds it gone may come before its last spans: the next one takes them."""
+    while the task is, while any garbage collection is under way, and for one look more.
+
+    A task left pending is destroyed by a collection (in a cycle with the future it waits on), which clears the weak
+    references of all it destroys, then runs their finalizers, which end the scopes the tasks had open into this
+    buffer: Python code, on the collecting thread, which a busy machine may hold up for many passes of the flusher (a
+    buffer forgotten meanwhile took their spans nowhere, counted nowhere). ``gc.callbacks`` say when a collection
+    stops: after its finalizers. The look more: a task destroyed outside one, its weak references cleared first."""
 
     __slots__ = ("_seen_gone", "_task")
 
     def __init__(self, task: Task[Any]) -> None:
+        _watch_collections()  # (before the task can be collected: a collection under way now cannot collect it)
         self._task = weakref.ref(task)
         self._seen_gone = False
 
     def is_alive(self) -> bool:
-        if self._task() is not None:
+        if self._task() is not None or _collecting:
             return True
         seen, self._seen_gone = self._seen_gone, True
         return not seen
+
+
+#: Whether a garbage collection is under way, from its start to its stop (after the finalizers it ran): ``_LetGo``.
+_collecting = False
+
+
+def _on_collection(phase: str, info: dict[str, Any]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+def _watch_collections() -> None:
+    """``_collecting`` kept from now on (from the first task let go of: no other program's process is changed)."""
+    if not any(callback is _on_collection for callback in gc.callbacks):  # (is: a callback's == may do anything)
+        gc.callbacks.append(_on_collection)
 
 
 class _TaskName:

@@ -15,6 +15,7 @@ import pytest
 from ringtrace.client import MemoryListener, Timeline
 from ringtrace.client.recording.lanes import ThreadLanes
 from ringtrace.wire.model import ASYNC_TRACK, TrackInfo
+from waiting import wait_for
 
 
 class TouchyLabel:
@@ -180,17 +181,78 @@ def test_tasks_left_pending_on_a_loop_its_thread_never_closed_are_not_kept_alive
     thread.start()
     thread.join(timeout=60)
     assert not thread.is_alive()
+
+    def collected() -> tuple[int, list[Any]]:
+        # A collection under way on another thread (one set off by an allocation there) makes gc.collect() return at
+        # once: that one destroys the tasks, and runs the finalizers that end their scopes, on its thread, in its time.
+        gc.collect()
+        timeline.flush(timeout_s=30)
+        return sum(ref() is not None for ref in left), [e for e in listener.events if e.name == "pending"]
+
     try:
         assert timeline.flush(timeout_s=30)  # the pass that finds the thread ended
-        gc.collect()
-        assert sum(ref() is not None for ref in left) == 0
-        assert timeline.flush(timeout_s=30)
-        # Each task's span ended as the task was destroyed pending (GeneratorExit), delivered, named by its task.
-        spans = [e for e in listener.events if e.name == "pending"]
+        # Each task destroyed pending, its span ended then (GeneratorExit), delivered, named by its task.
+        spans = wait_for(
+            collected,
+            timeout_s=30,
+            what="the tasks destroyed, their spans delivered",
+            until=lambda c: c[0] == 0 and len(c[1]) >= 20,
+        )[1]
         assert len(spans) == 20 and listener.dropped_events == 0
         assert {e.args["exception"] for e in spans} == {"GeneratorExit"}
         assert len({e.args["task"] for e in spans}) == 20
     finally:
+        loop.close()
+        timeline.close()
+
+
+def test_the_scopes_of_tasks_left_pending_are_delivered_though_passes_come_while_another_thread_collects_them() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("collected elsewhere", [listener])
+    left: list[weakref.ref[asyncio.Task[None]]] = []
+    inside, resume = threading.Event(), threading.Event()
+
+    async def pending() -> None:
+        with timeline.scope("pending"):
+            await asyncio.Event().wait()  # never set
+
+    async def main() -> None:
+        for _ in range(20):
+            left.append(weakref.ref(asyncio.create_task(pending())))
+        await asyncio.sleep(0)  # each has begun its scope, and waits
+
+    def paused(_: object) -> None:
+        # The collecting thread, between clearing the tasks' weak references and running the finalizers that end
+        # their scopes, held up as a busy machine may hold it (a weak reference's callback is Python code).
+        inside.set()
+        resume.wait(timeout=60)
+
+    loop = asyncio.new_event_loop()
+    collecting = gc.isenabled()
+    gc.disable()  # (the tasks are collected below, on the thread chosen, not by the first allocation anywhere)
+    try:
+        thread = threading.Thread(target=loop.run_until_complete, args=(main(),))  # (the loop not closed by it)
+        thread.start()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert timeline.flush(timeout_s=30)  # the pass that finds the thread ended and lets its tasks go
+        watched = weakref.ref(left[0](), paused)  # type: ignore[arg-type]
+        collector = threading.Thread(target=gc.collect)
+        collector.start()
+        assert inside.wait(timeout=60)
+        assert sum(ref() is not None for ref in left) == 0  # all gone to weak references, no scope ended yet
+        assert timeline.flush(timeout_s=30) and timeline.flush(timeout_s=30)  # passes come meanwhile
+        resume.set()
+        collector.join(timeout=60)
+        assert not collector.is_alive() and watched() is None
+        assert timeline.flush(timeout_s=30)
+        spans = [e for e in listener.events if e.name == "pending"]
+        assert (len(spans), listener.dropped_events) == (20, 0)
+        assert len({e.args["task"] for e in spans}) == 20
+    finally:
+        resume.set()
+        if collecting:
+            gc.enable()
         loop.close()
         timeline.close()
 
@@ -214,11 +276,21 @@ def test_tasks_left_pending_on_a_closed_loop_deliver_the_scopes_they_end_as_they
     loop.close()  # (its tasks left pending: the thread lives on)
     try:
         assert timeline.flush(timeout_s=30)  # the pass that finds their loop closed
-        gc.collect()
-        assert sum(ref() is not None for ref in left) == 0  # not kept alive by their lanes
+
+        def alive() -> int:
+            gc.collect()  # (returns at once where a collection is under way on another thread: that one destroys them)
+            return sum(ref() is not None for ref in left)
+
+        wait_for(alive, timeout_s=30, what="the tasks destroyed", until=lambda n: n == 0)  # not kept alive by lanes
         asyncio.run(asyncio.sleep(0))  # the lanes go on: a task of the next loop takes one
-        assert timeline.flush(timeout_s=30)
-        spans = [e for e in listener.events if e.name.startswith("pending")]
+
+        def delivered() -> list[Any]:  # (the finalizers ending their scopes run on the collecting thread)
+            timeline.flush(timeout_s=30)
+            return [e for e in listener.events if e.name.startswith("pending")]
+
+        spans = wait_for(
+            delivered, timeout_s=30, what="the 5 spans of the tasks destroyed", until=lambda s: len(s) >= 5
+        )
         assert sorted(e.name for e in spans) == [f"pending {i}" for i in range(5)]
         assert listener.dropped_events == 0
         assert {e.args["exception"] for e in spans} == {"GeneratorExit"}

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["NotWithin", "wait_for", "wait_for_async"]
+__all__ = ["NotWithin", "ringtrace_threads", "wait_for", "wait_for_async"]
 
 T = TypeVar("T")
 
@@ -76,3 +79,15 @@ async def wait_for_async(
         if loop.time() > deadline:
             raise _not_within(what, timeout_s, last)
         await asyncio.sleep(interval_s)
+
+
+def ringtrace_threads() -> str:
+    """Where each of ringtrace's threads of this process is (their stacks): what a wait for one of them to act (the
+    flusher's sweep) ``explain``s when it runs out."""
+    frames = sys._current_frames()
+    said = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        if thread.name.startswith("ringtrace-") and frame is not None:
+            said.append(f"{thread.name}:\n{''.join(traceback.format_stack(frame))}")
+    return "\n".join(said) or "no ringtrace thread runs"

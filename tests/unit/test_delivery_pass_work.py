@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from alone import run_alone
 from ringtrace.client import MemoryListener, Timeline
 from ringtrace.client.delivery.flusher import Drained
 from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
@@ -50,6 +51,10 @@ def wait_for(condition: Any, what: str, timeout_s: float = 60.0) -> None:
 
 
 def test_the_flusher_asks_the_listeners_its_interval_once_a_pass() -> None:
+    run_alone(__file__, "interval_asked_once_a_pass")  # (it waits on the flusher's thread: test_flusher_thread.py)
+
+
+def interval_asked_once_a_pass() -> None:
     listener = PacedMemoryListener()
     timeline = CountedTimeline("paced", [listener])
     try:

@@ -4,22 +4,17 @@ These tests wait for the one flusher thread of the process, which every other te
 runs in a Python process of its own (``run_alone``), on a thread no other test used. Twice in CI, at the end of a long
 run, this thread swept nothing for a minute in a test process, and only tests of this kind failed (every other test
 flushes on its own thread). The cause was not found, so a test whose sweep does not come says where the thread was
-(``where_the_flusher_is``).
+(``ringtrace_threads``).
 """
 
 from __future__ import annotations
-
-import sys
-import threading
-import traceback
-from typing import Any
 
 import pytest
 from alone import run_alone
 from recording_calls import record_by
 from ringtrace.client import MemoryListener, Timeline
 from ringtrace.client.delivery.flusher import FLUSHER
-from waiting import wait_for
+from waiting import ringtrace_threads, wait_for
 
 CALLS = ["instant", "compact", "scope", "push", "message", "marker", "async_begin"]
 BOUND = 1000
@@ -33,17 +28,6 @@ class PacedMemoryListener(MemoryListener):
         self.batch_interval_s, self.exit_timeout_s = batch_interval_s, exit_timeout_s
 
 
-def where_the_flusher_is() -> str:
-    """The stack of each ringtrace thread of this process, for a failure."""
-    frames: dict[int, Any] = sys._current_frames()
-    said = []
-    for thread in threading.enumerate():
-        frame = frames.get(thread.ident or -1)
-        if thread.name.startswith("ringtrace-") and frame is not None:
-            said.append(f"{thread.name}:\n{''.join(traceback.format_stack(frame))}")
-    return "\n".join(said) or "no ringtrace thread runs"
-
-
 def swept(listener: MemoryListener, events: int, what: str) -> None:
     """Wait until the flusher's thread has handed ``listener`` its first ``events`` events."""
     wait_for(
@@ -52,7 +36,7 @@ def swept(listener: MemoryListener, events: int, what: str) -> None:
         timeout_s=30,
         what=what,
         interval_s=0.005,
-        explain=where_the_flusher_is,
+        explain=ringtrace_threads,
     )
 
 

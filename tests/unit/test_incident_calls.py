@@ -11,10 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from alone import run_alone
 from ringtrace.client import MemoryListener, Timeline
 from ringtrace.wire.model import INCIDENT
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV
-from waiting import wait_for
+from waiting import ringtrace_threads, wait_for
 
 #: Records on a thread and in an asyncio task, to a file; prints each event's kind, name, args and track name.
 TWIN = """
@@ -106,6 +107,10 @@ def test_an_incident_never_raises_into_the_program() -> None:
 
 
 def test_an_incident_is_handed_over_without_waiting_for_the_flushers_interval() -> None:
+    run_alone(__file__, "incident_handed_over_at_once")  # (it waits on the flusher's thread: test_flusher_thread.py)
+
+
+def incident_handed_over_at_once() -> None:
     listener = SlowListener()
     tl = Timeline("prompt", [listener])
     tl.instant("before")
@@ -116,5 +121,6 @@ def test_an_incident_is_handed_over_without_waiting_for_the_flushers_interval() 
         until=lambda names: "now" in names,
         timeout_s=30,
         what="the incident handed over by the flusher's own sweep, with no flush()",
+        explain=ringtrace_threads,
     )
     tl.close()

@@ -9,9 +9,9 @@ and filter (``read/``, ``export/``), ``/sources``.
 Reading asks the stream for the messages of the processes selected (a subject filter, by pid) stored from a start
 time on (``since``, less ``CLOCK_MARGIN_NS``), through an ordered consumer, and holds them in memory while the
 snapshot is made: at most the stream's ``max_bytes`` (``--capacity``) of payload. A wait for the next message that
-runs out is no end of the stream while the stream holds messages after the last one read (the delivery stalls while
-the servers are starved of CPU, say): reading waits on for them, and is refused (``ConnectionError``) if they do not
-come. What was read up to a stall is never served as the whole stream.
+runs out is no end of the stream while the read's consumer still has messages to deliver (the delivery stalls while
+the servers are starved of CPU, say): reading waits on for them, and is refused (``ConnectionError``) after a minute
+of such waits in all. What was read up to a stall is never served as the whole stream.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ log = logging.getLogger("ringtrace.collector.jetstream")
 #: Messages stored this long before a snapshot's ``since`` are read too: the servers' clocks and the clients' may
 #: differ by about this much.
 CLOCK_MARGIN_NS: Final = 60 * 10**9
-#: How long reading waits for the next message before it asks the stream whether it holds more after the last one
-#: read (the stream said more were pending).
+#: How long reading waits for the next message before it asks the read's consumer whether it has more to deliver.
 NEXT_MESSAGE_TIMEOUT_S: Final = 5.0
-#: Waits for the next message in a row, while the stream holds messages after the last one read, before the read is
-#: refused (a delivery stalled that long is not coming).
-MAX_STALLED_WAITS: Final = 12
+#: The waits for the next message that ran out while the read's consumer still had messages to deliver, in all,
+#: before the read is refused (a delivery stalled that long is not coming; nor may a read hold a request so long).
+MAX_STALL_S: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +59,6 @@ class JetStreamReader(Protocol):
     async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any: ...
 
     async def subscribe(self, subject: str, **options: Any) -> Any: ...
-
-    async def get_msg(
-        self, stream_name: str, seq: int | None = None, subject: str | None = None, direct: bool | None = False,
-        next: bool | None = False,
-    ) -> Any: ...  # fmt: skip
 
 
 async def fetch(
@@ -87,27 +81,24 @@ async def fetch(
         pending_msgs_limit=-1, headers_only=headers_only or None,
     )  # fmt: skip
     messages: list[StoredMessage] = []
-    stalled = 0
+    stalled_s = 0.0
     try:
         while True:
             try:
                 msg = await subscription.next_msg(timeout=NEXT_MESSAGE_TIMEOUT_S)
             except TimeoutError:
-                if not messages:
-                    break  # (nothing stored since the start time; or removed meanwhile)
-                # More were pending: removed by the stream's limits meanwhile, the cluster gone, or the delivery
-                # stalled (the stream still holds them).
-                last = messages[-1].stream_seq
-                if not await _holds_after(js, stream, subject_filter, last):
+                # None came: nothing (more) stored since the start time, those pending removed by the stream's limits
+                # meanwhile, the cluster gone, or the delivery stalled, the stream still holding them.
+                if not await _still_pending(subscription, stream):
                     break
-                stalled += 1
-                if stalled >= MAX_STALLED_WAITS:
+                stalled_s += NEXT_MESSAGE_TIMEOUT_S
+                if stalled_s >= MAX_STALL_S:
+                    after = f"after sequence {messages[-1].stream_seq}" if messages else "from the first on"
                     raise ConnectionError(
-                        f"JetStream stream {stream!r} delivered none of the messages it holds after sequence {last} "
-                        f"for {stalled * NEXT_MESSAGE_TIMEOUT_S:g} s while it was read"
+                        f"JetStream stream {stream!r} held messages it did not deliver ({after}) while it was read: "
+                        f"{stalled_s:g} s of stalls in all"
                     ) from None
                 continue
-            stalled = 0
             metadata = msg.metadata
             messages.append(StoredMessage(metadata.sequence.stream, msg.subject, msg.headers, msg.data))
             if metadata.num_pending == 0:
@@ -117,23 +108,20 @@ async def fetch(
     return messages
 
 
-async def _holds_after(js: JetStreamReader, stream: str, subject_filter: str, seq: int) -> bool:
-    """Whether the stream holds a message on ``subject_filter`` after sequence ``seq``.
+async def _still_pending(subscription: Any, stream: str) -> bool:
+    """Whether the read's consumer has messages of the stream still to deliver (its ``num_pending``).
 
     Raises:
-        ConnectionError: the stream does not answer: a read cut short by a lost cluster is no snapshot.
+        ConnectionError: the stream or its consumer does not answer (the cluster went away, the stream was deleted):
+            a read cut short so is no snapshot.
     """
-    from nats.js.errors import NotFoundError
-
     try:
-        await js.get_msg(stream, seq=seq + 1, subject=subject_filter, next=True)
-    except NotFoundError:
-        return False
+        info = await subscription.consumer_info()
     except Exception as exc:
         raise ConnectionError(
             f"JetStream stream {stream!r} stopped answering while it was read: {type(exc).__name__}: {exc}"
         ) from None
-    return True
+    return bool(info.num_pending)
 
 
 @dataclass

@@ -188,32 +188,41 @@ def test_the_fleet_counts_from_headers_alone_are_what_the_messages_read_whole_sa
 
 
 class _CutShort:
-    """Stands in for nats-py's JetStream context: the stream holds 3 messages; one is delivered, then none comes for
-    ``stall`` waits (for ever if None), then the other two. ``stored``: whether the stream still holds those two
-    (else its limits removed them meanwhile); ``lost``: its API stops answering after the first ``stream_info``
-    (the cluster went away mid-read)."""
+    """Stands in for nats-py's JetStream context: the stream holds 3 messages; ``first`` of them are delivered (1 or
+    0), then none comes for ``stall`` waits (for ever if None), then the rest. ``stored``: whether the stream still
+    holds the rest (else its limits removed them meanwhile); ``lost``: its API stops answering after the first
+    ``stream_info`` (the cluster went away mid-read); ``deleted``: the stream is deleted after it."""
 
-    def __init__(self, *, lost: bool = False, stored: bool = True, stall: int | None = None) -> None:
-        self.lost, self.stored, self.stall, self.asked = lost, stored, stall, 0
+    def __init__(
+        self,
+        *,
+        lost: bool = False,
+        stored: bool = True,
+        stall: int | None = None,
+        first: int = 1,
+        deleted: bool = False,
+    ) -> None:
+        self.lost, self.stored, self.stall, self.first, self.deleted, self.asked = (
+            lost,
+            stored,
+            stall,
+            first,
+            deleted,
+            0,
+        )
 
     def _answering(self) -> None:
         self.asked += 1
         if self.lost and self.asked > 1:
             raise TimeoutError("no responders")
+        if self.deleted and self.asked > 1:
+            from nats.js.errors import NotFoundError
+
+            raise NotFoundError(code=404, err_code=10059, description="stream not found")
 
     async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any:
         self._answering()
         return SimpleNamespace(state=SimpleNamespace(messages=3, bytes=300, subjects={"ringtrace.h.1.i": 3}))
-
-    async def get_msg(self, stream_name: str, seq: int | None = None, subject: str | None = None,
-                      direct: bool | None = False, next: bool | None = False) -> Any:  # fmt: skip
-        from nats.js.errors import NotFoundError
-
-        self._answering()
-        assert next and seq is not None and subject == "ringtrace.>"
-        if not self.stored or seq > 3:
-            raise NotFoundError(code=404, err_code=10037, description="no message found")
-        return SimpleNamespace(seq=seq, subject="ringtrace.h.1.i")
 
     async def subscribe(self, subject: str, **options: Any) -> Any:
         def message(seq: int) -> Any:
@@ -222,45 +231,56 @@ class _CutShort:
                 metadata=SimpleNamespace(sequence=SimpleNamespace(stream=seq), num_pending=3 - seq),
             )  # fmt: skip
 
-        delivered, stalls = [message(1)], [self.stall]
+        delivered, stalls, read = [message(seq) for seq in range(self.first, 0, -1)], [self.stall], [0]
 
         async def next_msg(timeout: float) -> Any:
             if delivered:
+                read[0] += 1
                 return delivered.pop()
             if stalls[0] is not None and stalls[0] <= 0 and self.stored:
                 stalls[0] = None
-                delivered.extend([message(3), message(2)])
-                return delivered.pop()
+                delivered.extend(message(seq) for seq in range(3, read[0], -1))
+                return await next_msg(timeout)
             if stalls[0] is not None:
                 stalls[0] -= 1
             raise TimeoutError
 
+        async def consumer_info() -> Any:
+            self._answering()
+            return SimpleNamespace(num_pending=3 - read[0] if self.stored else 0)
+
         async def unsubscribe() -> None:
             pass
 
-        return SimpleNamespace(next_msg=next_msg, unsubscribe=unsubscribe)
+        return SimpleNamespace(next_msg=next_msg, consumer_info=consumer_info, unsubscribe=unsubscribe)
 
 
 def read(js: _CutShort) -> list[int]:
     return [m.stream_seq for m in asyncio.run(fetch(js, "ringtrace", "ringtrace.>"))]
 
 
-def test_a_read_cut_short_by_a_lost_cluster_is_refused_not_served_as_the_whole_stream() -> None:
-    with pytest.raises(ConnectionError, match="stopped answering while it was read"):
+def test_a_read_cut_short_by_a_lost_cluster_or_a_deleted_stream_is_refused_not_served_as_the_whole_stream() -> None:
+    with pytest.raises(ConnectionError, match="stopped answering while it was read: TimeoutError"):
         read(_CutShort(lost=True))
+    with pytest.raises(ConnectionError, match="stopped answering while it was read: NotFoundError"):
+        read(_CutShort(deleted=True))
     # The messages still pending were removed by the stream's limits meanwhile: what it holds was read.
     assert read(_CutShort(stored=False)) == [1]
+    assert read(_CutShort(stored=False, first=0)) == []
 
 
+@pytest.mark.parametrize("first", [1, 0], ids=["after the first", "before the first"])
 def test_a_read_whose_delivery_stalls_waits_for_the_messages_the_stream_still_holds(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, first: int
 ) -> None:
-    """A stall longer than the wait for the next message (servers starved of CPU, say) is no end of the stream: the
-    read goes on while the stream holds messages after the last one read, and is refused if none comes at all."""
-    monkeypatch.setattr(fleet, "NEXT_MESSAGE_TIMEOUT_S", 0.01)
-    assert read(_CutShort(stall=3)) == [1, 2, 3]
-    with pytest.raises(ConnectionError, match="delivered none of the messages it holds after sequence 1"):
-        read(_CutShort(stall=None))
+    """A stall longer than the wait for the next message (servers starved of CPU, say), before the first message or
+    after one, is no end of the stream: the read goes on while its consumer has messages to deliver, and is refused
+    after ``MAX_STALL_S`` of such waits in all."""
+    monkeypatch.setattr(fleet, "MAX_STALL_S", 3 * fleet.NEXT_MESSAGE_TIMEOUT_S)  # (the fake's waits take no time)
+    assert read(_CutShort(stall=2, first=first)) == [1, 2, 3]
+    after = "after sequence 1" if first else "from the first on"
+    with pytest.raises(ConnectionError, match=f"held messages it did not deliver \\({after}\\)"):
+        read(_CutShort(stall=3, first=first))
 
 
 def heartbeat_message(seq: int, data: bytes) -> StoredMessage:

@@ -17,7 +17,6 @@ without the lock on every event of a task.
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import weakref
@@ -29,10 +28,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording import tasks_let_go
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.greenlet_lanes import GreenletLanes, is_greenlet
 from ringtrace.client.recording.lanes import Lane, ThreadLanes
 from ringtrace.client.recording.sources import Source
+from ringtrace.client.recording.tasks_let_go import LetGo, TaskName, let_go
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
@@ -90,7 +91,7 @@ NOT_RECORDING: Recording = (NOWHERE, 1, -1, int)
 
 
 #: What records into a buffer: a thread, a task, a source (weakly), or a task a lane no longer keeps alive.
-Owner: TypeAlias = "threading.Thread | EndedThread | Task[Any] | weakref.ref[Any] | _LetGo"
+Owner: TypeAlias = "threading.Thread | EndedThread | Task[Any] | weakref.ref[Any] | LetGo"
 
 
 class TrackBuffer:
@@ -109,7 +110,7 @@ class TrackBuffer:
         self.records = None if speedups is None else speedups.RecordBuffer()
         self.track = track
         self.owner: Owner = owner
-        self.first_task: Task[Any] | _TaskName | None = owner if is_task(owner) else None
+        self.first_task: Task[Any] | TaskName | None = owner if is_task(owner) else None
 
     def owner_alive(self) -> bool:
         owner = self.owner
@@ -117,7 +118,7 @@ class TrackBuffer:
             return not owner.done() and not owner.get_loop().is_closed()
         if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
             return owner() is not None
-        return owner.is_alive()  # type: ignore[union-attr]  # a thread, or a task let go of (_LetGo)
+        return owner.is_alive()  # type: ignore[union-attr]  # a thread, or a task let go of (LetGo)
 
 
 class Tracks:
@@ -333,11 +334,11 @@ class Tracks:
                     # own (spans ended on this one then would overlap those of the lane's next tasks).
                     if lane is not None:
                         self._lanes[lane.track.parent].retrack(lane)
-                    _let_go(buffer, owner)
+                    let_go(buffer, owner)
                     continue
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
-            elif type(owner) is _LetGo and (lane := self._lane_of(buffer.track)) is not None and lane.taken_since():
+            elif type(owner) is LetGo and (lane := self._lane_of(buffer.track)) is not None and lane.taken_since():
                 gone.add(id(buffer))
                 continue  # a task let go of, gone now, whose lane another task has taken since: its track goes on
             else:
@@ -350,7 +351,7 @@ class Tracks:
 
     def _let_go_of_idle_lanes(self, lanes: ThreadLanes[TrackBuffer] | None, ended: list[TrackBuffer]) -> None:
         """The buffers of ``lanes`` (of a thread that ended) whose tasks' loops run nowhere now hold their tasks
-        weakly (``_LetGo``): a task left pending on a loop its thread never closed was kept alive by them for good,
+        weakly (``LetGo``): a task left pending on a loop its thread never closed was kept alive by them for good,
         where nothing else keeps it. Such a buffer stays until its task is gone and it is drained: a scope the task had
         open ends there as the task is destroyed, and is delivered, named by it. (Its loop run again, the task takes a
         lane of the thread that runs it.)"""
@@ -365,7 +366,7 @@ class Tracks:
             if task.get_loop().is_running() or buffer.events:
                 continue
             self.task_buffers.pop(task, None)
-            _let_go(buffer, task)
+            let_go(buffer, task)
 
     def _lane_of(self, track: TrackInfo) -> Lane[TrackBuffer] | None:
         """The lane whose track ``track`` is, if its thread's lanes are still kept."""
@@ -399,63 +400,7 @@ class Tracks:
         self._lanes = {}
         self._greenlet_lanes.clear()
         self._source_buffers = {}
-
-
-def _let_go(buffer: TrackBuffer, task: Task[Any]) -> None:
-    """``buffer`` holds ``task`` weakly from now on (``_LetGo``), its events named after it as it is named now."""
-    buffer.first_task = _TaskName(task.get_name())
-    buffer.owner = _LetGo(task)
-
-
-class _LetGo:
-    """Owns a lane's buffer in place of a task it no longer keeps alive (``Tracks._let_go_of_idle_lanes``): alive
-    while the task is, while any garbage collection is under way, and for one look more.
-
-    A task left pending is destroyed by a collection (in a cycle with the future it waits on), which clears the weak
-    references of all it destroys, then runs their finalizers, which end the scopes the tasks had open into this
-    buffer: Python code, on the collecting thread, which a busy machine may hold up for many passes of the flusher (a
-    buffer forgotten meanwhile took their spans nowhere, counted nowhere). ``gc.callbacks`` say when a collection
-    stops: after its finalizers. The look more: a task destroyed outside one, its weak references cleared first."""
-
-    __slots__ = ("_seen_gone", "_task")
-
-    def __init__(self, task: Task[Any]) -> None:
-        _watch_collections()  # (before the task can be collected: a collection under way now cannot collect it)
-        self._task = weakref.ref(task)
-        self._seen_gone = False
-
-    def is_alive(self) -> bool:
-        if self._task() is not None or _collecting:
-            return True
-        seen, self._seen_gone = self._seen_gone, True
-        return not seen
-
-
-#: Whether a garbage collection is under way, from its start to its stop (after the finalizers it ran): ``_LetGo``.
-_collecting = False
-
-
-def _on_collection(phase: str, info: dict[str, Any]) -> None:
-    global _collecting
-    _collecting = phase == "start"
-
-
-def _watch_collections() -> None:
-    """``_collecting`` kept from now on (from the first task let go of: no other program's process is changed)."""
-    if not any(callback is _on_collection for callback in gc.callbacks):  # (is: a callback's == may do anything)
-        gc.callbacks.append(_on_collection)
-
-
-class _TaskName:
-    """Names a task that a lane's buffer no longer holds (``Tracks._let_go_of_idle_lanes``), for the drain."""
-
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def get_name(self) -> str:
-        return self._name
+        tasks_let_go.after_fork_in_child()
 
 
 class EndedThread:

@@ -13,13 +13,14 @@ from typing import Any
 
 import msgpack
 import pytest
+from alone import run_alone
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER
 from ringtrace.wire.message_format import render
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec
-from waiting import wait_for
+from waiting import ringtrace_threads, wait_for
 
 TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)
 
@@ -260,6 +261,10 @@ def test_sampling_turns_detail_on_for_a_fraction_of_windows(tl: Timeline, listen
 
 
 def test_a_timeline_used_only_through_sources_is_drained_without_a_flush() -> None:
+    run_alone(__file__, "drained_without_a_flush")  # (it waits on the flusher's thread: test_flusher_thread.py)
+
+
+def drained_without_a_flush() -> None:
     listener = MemoryListener()
     tl = Timeline("sources only", [listener])
     src = tl.source("alone")
@@ -271,6 +276,7 @@ def test_a_timeline_used_only_through_sources_is_drained_without_a_flush() -> No
         timeout_s=30,
         what="both events drained",
         interval_s=0.01,
+        explain=ringtrace_threads,
     )
     assert [e.kind for e in listener.events] == ["source_open", "source_close"]
     tl.close()

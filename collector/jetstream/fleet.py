@@ -41,6 +41,8 @@ NEXT_MESSAGE_TIMEOUT_S: Final = 5.0
 #: The waits for the next message that ran out while the read's consumer still had messages to deliver, in all,
 #: before the read is refused (a delivery stalled that long is not coming; nor may a read hold a request so long).
 MAX_STALL_S: Final = 60.0
+#: JetStream's error code for "consumer not found".
+CONSUMER_NOT_FOUND: Final = 10014
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,7 @@ async def fetch(
             except TimeoutError:
                 # None came: nothing (more) stored since the start time, those pending removed by the stream's limits
                 # meanwhile, the cluster gone, or the delivery stalled, the stream still holding them.
-                if not await _still_pending(subscription, stream):
+                if not await _more_to_come(subscription, stream, messages[-1].stream_seq if messages else 0):
                     break
                 stalled_s += NEXT_MESSAGE_TIMEOUT_S
                 if stalled_s >= MAX_STALL_S:
@@ -108,20 +110,29 @@ async def fetch(
     return messages
 
 
-async def _still_pending(subscription: Any, stream: str) -> bool:
-    """Whether the read's consumer has messages of the stream still to deliver (its ``num_pending``).
+async def _more_to_come(subscription: Any, stream: str, last_seq: int) -> bool:
+    """Whether the read's consumer has more messages for it: in the subscription's queue, not sent yet
+    (``num_pending``), or sent past ``last_seq``, the last one read (still on their way); or it is being replaced
+    (nats-py recreates an ordered consumer that missed its heartbeats: "consumer not found" meanwhile).
 
     Raises:
-        ConnectionError: the stream or its consumer does not answer (the cluster went away, the stream was deleted):
-            a read cut short so is no snapshot.
+        ConnectionError: the stream does not answer (the cluster went away, the stream was deleted): a read cut short
+            so is no snapshot.
     """
+    from nats.js.errors import NotFoundError
+
+    if subscription.pending_msgs:
+        return True
     try:
         info = await subscription.consumer_info()
     except Exception as exc:
+        if isinstance(exc, NotFoundError) and exc.err_code == CONSUMER_NOT_FOUND:
+            return True
         raise ConnectionError(
             f"JetStream stream {stream!r} stopped answering while it was read: {type(exc).__name__}: {exc}"
         ) from None
-    return bool(info.num_pending)
+    delivered = info.delivered.stream_seq if info.delivered is not None else 0
+    return bool(info.num_pending) or delivered > last_seq
 
 
 @dataclass

@@ -191,33 +191,25 @@ class _CutShort:
     """Stands in for nats-py's JetStream context: the stream holds 3 messages; ``first`` of them are delivered (1 or
     0), then none comes for ``stall`` waits (for ever if None), then the rest. ``stored``: whether the stream still
     holds the rest (else its limits removed them meanwhile); ``lost``: its API stops answering after the first
-    ``stream_info`` (the cluster went away mid-read); ``deleted``: the stream is deleted after it."""
+    ``stream_info`` (the cluster went away mid-read); ``deleted``: the stream is deleted after it (its consumer
+    with it); ``late``: the rest were sent as the stall began, and are still on their way to the subscription when
+    its consumer is asked about them (none pending there: reach the subscription's queue as it answers);
+    ``replaced``: the consumer is being replaced (an ordered consumer after missed heartbeats) while it stalls."""
 
     def __init__(
-        self,
-        *,
-        lost: bool = False,
-        stored: bool = True,
-        stall: int | None = None,
-        first: int = 1,
-        deleted: bool = False,
-    ) -> None:
-        self.lost, self.stored, self.stall, self.first, self.deleted, self.asked = (
-            lost,
-            stored,
-            stall,
-            first,
-            deleted,
-            0,
-        )
+        self, *, lost: bool = False, stored: bool = True, stall: int | None = None, first: int = 1,
+        deleted: bool = False, late: bool = False, replaced: bool = False,
+    ) -> None:  # fmt: skip
+        self.lost, self.stored, self.stall, self.first, self.deleted = lost, stored, stall, first, deleted
+        self.late, self.replaced, self.asked = late, replaced, 0
 
     def _answering(self) -> None:
+        from nats.js.errors import NotFoundError
+
         self.asked += 1
         if self.lost and self.asked > 1:
             raise TimeoutError("no responders")
         if self.deleted and self.asked > 1:
-            from nats.js.errors import NotFoundError
-
             raise NotFoundError(code=404, err_code=10059, description="stream not found")
 
     async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any:
@@ -225,34 +217,56 @@ class _CutShort:
         return SimpleNamespace(state=SimpleNamespace(messages=3, bytes=300, subjects={"ringtrace.h.1.i": 3}))
 
     async def subscribe(self, subject: str, **options: Any) -> Any:
-        def message(seq: int) -> Any:
-            return SimpleNamespace(
-                subject="ringtrace.h.1.i", headers={}, data=b"x",
-                metadata=SimpleNamespace(sequence=SimpleNamespace(stream=seq), num_pending=3 - seq),
-            )  # fmt: skip
+        return _Subscription(self)
 
-        delivered, stalls, read = [message(seq) for seq in range(self.first, 0, -1)], [self.stall], [0]
 
-        async def next_msg(timeout: float) -> Any:
-            if delivered:
-                read[0] += 1
-                return delivered.pop()
-            if stalls[0] is not None and stalls[0] <= 0 and self.stored:
-                stalls[0] = None
-                delivered.extend(message(seq) for seq in range(3, read[0], -1))
-                return await next_msg(timeout)
-            if stalls[0] is not None:
-                stalls[0] -= 1
-            raise TimeoutError
+class _Subscription:
+    """``_CutShort``'s ordered consumer's subscription."""
 
-        async def consumer_info() -> Any:
-            self._answering()
-            return SimpleNamespace(num_pending=3 - read[0] if self.stored else 0)
+    def __init__(self, js: _CutShort) -> None:
+        self.js, self.stalls, self.read = js, js.stall, 0
+        self.queue = [self._message(seq) for seq in range(js.first, 0, -1)]
 
-        async def unsubscribe() -> None:
-            pass
+    @staticmethod
+    def _message(seq: int) -> Any:
+        return SimpleNamespace(
+            subject="ringtrace.h.1.i", headers={}, data=b"x",
+            metadata=SimpleNamespace(sequence=SimpleNamespace(stream=seq), num_pending=3 - seq),
+        )  # fmt: skip
 
-        return SimpleNamespace(next_msg=next_msg, consumer_info=consumer_info, unsubscribe=unsubscribe)
+    @property
+    def pending_msgs(self) -> int:
+        return len(self.queue)
+
+    def _the_rest(self) -> None:
+        self.stalls = None
+        self.queue.extend(self._message(seq) for seq in range(3, self.read, -1))
+
+    async def next_msg(self, timeout: float) -> Any:
+        if self.queue:
+            self.read += 1
+            return self.queue.pop()
+        if self.stalls is not None and self.stalls <= 0 and self.js.stored and not self.js.late:
+            self._the_rest()
+            return await self.next_msg(timeout)
+        if self.stalls is not None:
+            self.stalls -= 1
+        raise TimeoutError
+
+    async def consumer_info(self) -> Any:
+        from nats.js.errors import NotFoundError
+
+        self.js._answering()
+        if self.js.replaced and self.stalls:
+            raise NotFoundError(code=404, err_code=10014, description="consumer not found")
+        if self.js.late and self.stalls is not None and self.js.stored:  # sent as the stall began: on their way
+            self._the_rest()
+            return SimpleNamespace(num_pending=0, delivered=SimpleNamespace(stream_seq=3))
+        pending = 3 - self.read if self.js.stored else 0
+        return SimpleNamespace(num_pending=pending, delivered=SimpleNamespace(stream_seq=self.read))
+
+    async def unsubscribe(self) -> None:
+        pass
 
 
 def read(js: _CutShort) -> list[int]:
@@ -267,6 +281,15 @@ def test_a_read_cut_short_by_a_lost_cluster_or_a_deleted_stream_is_refused_not_s
     # The messages still pending were removed by the stream's limits meanwhile: what it holds was read.
     assert read(_CutShort(stored=False)) == [1]
     assert read(_CutShort(stored=False, first=0)) == []
+
+
+@pytest.mark.parametrize("first", [1, 0], ids=["after the first", "before the first"])
+def test_a_read_waits_for_messages_sent_and_not_there_yet_and_for_a_consumer_being_replaced(first: int) -> None:
+    """Messages the consumer sent as a wait ran out are none of its ``num_pending`` (they reach the subscription as
+    it answers): what it delivered past the last one read says they come; and a consumer being replaced (not found
+    meanwhile) is a stall, not a stream gone."""
+    assert read(_CutShort(stall=1, first=first, late=True)) == [1, 2, 3]
+    assert read(_CutShort(stall=2, first=first, replaced=True)) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("first", [1, 0], ids=["after the first", "before the first"])

@@ -7,6 +7,7 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
+from alone import run_alone
 from ringtrace.client.recording.tasks_let_go import LetGo, after_fork_in_child
 
 
@@ -36,6 +37,10 @@ def destroyed_in_a_cycle(look: Callable[[LetGo], None]) -> LetGo:
 
 
 def test_a_task_let_go_of_lives_while_its_collection_runs_finalizers_beside_a_callback_that_goes() -> None:
+    run_alone(__file__, "alive_beside_a_callback_that_goes")  # (where no task was let go of before: none watched yet)
+
+
+def alive_beside_a_callback_that_goes() -> None:
     def once(phase: str, info: dict[str, Any]) -> None:  # a program's callback that removes itself as it runs
         gc.callbacks.remove(once)
 

@@ -71,6 +71,21 @@ def _sample_hz(text: str) -> float:
     return value
 
 
+#: The longest wait at exit a launch takes (an hour: a wait for ever would hang every program whose collector hangs).
+MAX_EXIT_TIMEOUT_S: Final = 3600.0
+
+
+def _exit_timeout(text: str) -> float:
+    reason = f"takes seconds, 0 to {MAX_EXIT_TIMEOUT_S:g}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(reason) from None
+    if math.isnan(value) or not 0 <= value <= MAX_EXIT_TIMEOUT_S:
+        raise ValueError(reason)
+    return value
+
+
 def _integrations_off(text: str) -> frozenset[str]:
     names = frozenset(name.strip() for name in text.split(",") if name.strip())
     unknown = sorted(names - {integration.name for integration in INTEGRATIONS})
@@ -185,6 +200,16 @@ OPTIONS: Final[tuple[LaunchOption, ...]] = (
         _sample_hz,
     ),
     LaunchOption(
+        "exit_timeout",
+        "--exit-timeout",
+        "RINGTRACE_EXIT_TIMEOUT",
+        "SECONDS",
+        "how long the program's exit (and each child's) waits for what it recorded to reach a collector that is "
+        "there; one not there is not waited for",
+        2.0,
+        _exit_timeout,
+    ),
+    LaunchOption(
         "integrations_off",
         "--no-NAME",
         "RINGTRACE_INTEGRATIONS_OFF",
@@ -280,6 +305,7 @@ class LaunchSettings:
     function_max_depth: int = 0
     function_builtins: bool = False
     function_library: bool = False
+    exit_timeout: float = 2.0
 
     @property
     def integrations_on(self) -> list[str]:
@@ -293,6 +319,7 @@ class LaunchSettings:
             AUTO_VARIABLE: "1",
             _BY_FIELD["collector"].variable: self.collector,
             _BY_FIELD["sample_hz"].variable: f"{self.sample_hz:g}",
+            _BY_FIELD["exit_timeout"].variable: repr(self.exit_timeout),
             _BY_FIELD["integrations_off"].variable: ",".join(sorted(self.integrations_off)),
         }
         if self.functions:

@@ -36,7 +36,8 @@ OURS = (
 
 def program_environment(**extra: str) -> dict[str, str]:
     """This process's environment without our variables; integrations whose module this install lacks turned off
-    (each says so in a line of its own on stderr, which would make the outputs differ for a reason not tested here).
+    (each says so in a line of its own on stderr, which would make the outputs differ for a reason not tested here);
+    a long wait at exit for a collector that is there.
     """
     environment = {name: value for name, value in os.environ.items() if name not in OURS}
     missing = [
@@ -45,6 +46,9 @@ def program_environment(**extra: str) -> dict[str, str]:
         if importlib.util.find_spec(integration.install.partition(":")[0]) is None
     ]
     environment["RINGTRACE_INTEGRATIONS_OFF"] = ",".join(missing)
+    # A collector that is there is waited for at exit up to 30 s, not 2: on a busy machine the default ran out once
+    # (a program that exits at once, its collector serving other tests' snapshots), and what it recorded was lost.
+    environment["RINGTRACE_EXIT_TIMEOUT"] = "30"
     environment.update(extra)
     return environment
 

@@ -124,3 +124,22 @@ def test_under_the_fleet_switch_a_collector_that_is_down_costs_one_line_and_no_w
     lines = done.stderr.splitlines()
     assert lines[0] == "warned" and len(lines) <= 2, lines  # what it recorded (if any) said in one line
     assert all("gave up at once" in line and f"connection to {address} refused" in line for line in lines[1:]), lines
+
+
+def test_ringtrace_run_waits_at_exit_as_long_as_its_exit_timeout_says_and_so_do_its_children(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'print(1)'], check=True)\n", encoding="utf-8"
+    )
+    with socket.socket() as silent:  # takes connections (the kernel's backlog) and never answers HELLO
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = "{}:{}".format(*silent.getsockname())
+        done = run(
+            [str(Path(sys.executable).parent / "ringtrace"), "run", "--collector", address, "--exit-timeout", "0.5",
+             "app.py"],
+            tmp_path,
+            program_environment(RINGTRACE_EXIT_TIMEOUT="7"),  # (the flag wins, and is what its children are given)
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "never reached" in line]
+    assert len(lines) == 2 and all("gave up after 0.5s" in line for line in lines), done.stderr  # the child's, its own

@@ -200,7 +200,7 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     )
     assert done.returncode == 0, done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
-    calls = calls_of(collector, tmp_path, name)
+    calls = calls_of(collector, tmp_path, name, said=done.stderr)
     assert overlapping(calls) == []
     found: dict[str, list[Any]] = trees(calls)
     thread = [track for track in found if "greenlets [" not in track]

@@ -115,9 +115,11 @@ def traced_calls(
     return calls_of(collector, program, name, last)
 
 
-def calls_of(collector: CollectorProcess, program: Path, name: str, last: str = "main") -> list[DecodedEvent]:
+def calls_of(
+    collector: CollectorProcess, program: Path, name: str, last: str = "main", said: str = ""
+) -> list[DecodedEvent]:
     """The calls process ``name`` recorded, once the collector has the call named ``last`` and a ``<module>`` that
-    ends after it (the script's, which ends last)."""
+    ends after it (the script's, which ends last); ``said``: what the program wrote on stderr, for a failure."""
 
     def calls() -> list[DecodedEvent]:
         snapshot = program / f"{name}.rtsnap"
@@ -133,7 +135,8 @@ def calls_of(collector: CollectorProcess, program: Path, name: str, last: str = 
             return bool(ends)
         return bool(ends) and any(e.name == "<module>" and e.ts_ns + e.dur_ns >= max(ends) for e in found)
 
-    return wait_for(calls, timeout_s=60, what=f"the calls of {name}", until=complete)
+    explain = (lambda: f"the program's stderr:\n{said}") if said else None
+    return wait_for(calls, timeout_s=60, what=f"the calls of {name}", until=complete, explain=explain)
 
 
 def trees(calls: list[DecodedEvent]) -> dict[str, list[Any]]:

@@ -35,6 +35,7 @@ def test_every_option_has_an_environment_twin_and_every_integration_a_switch() -
         "RINGTRACE_COLLECTOR",
         "RINGTRACE_PROCESS_NAME",
         "RINGTRACE_SAMPLE_HZ",
+        "RINGTRACE_EXIT_TIMEOUT",
         "RINGTRACE_INTEGRATIONS_OFF",
         "RINGTRACE_FUNCTIONS",
         "RINGTRACE_FUNCTIONS_INCLUDE",
@@ -55,6 +56,9 @@ def test_a_flag_wins_over_its_variable_and_a_variable_over_the_default() -> None
     assert settings_from({"collector": "flag:2"}, environ) == LaunchSettings("flag:2", "from-env", 50.0, frozenset())
     assert settings_from({}, {"RINGTRACE_COLLECTOR": "h:1"}) == LaunchSettings("h:1", None, 100.0, frozenset())
     assert settings_from({"sample_hz": "0"}, {"RINGTRACE_COLLECTOR": "h:1"}).sample_hz == 0
+    environ = {"RINGTRACE_COLLECTOR": "h:1", "RINGTRACE_EXIT_TIMEOUT": "30"}
+    assert settings_from({}, environ).exit_timeout == 30.0
+    assert settings_from({"exit_timeout": "0.5"}, environ).exit_timeout == 0.5
 
 
 def test_the_integrations_turned_off_add_up_from_the_flags_and_the_variable() -> None:
@@ -79,6 +83,8 @@ def test_children_get_the_settings_but_not_the_name() -> None:
         ({"sample_hz": "fast"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got 'fast'"),
         ({"sample_hz": "nan"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got 'nan'"),
         ({"sample_hz": "1001"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got '1001'"),
+        ({"exit_timeout": "-1"}, {}, "--exit-timeout takes seconds, 0 to 3600, got '-1'"),
+        ({}, {"RINGTRACE_EXIT_TIMEOUT": "soon"}, "RINGTRACE_EXIT_TIMEOUT takes seconds, 0 to 3600, got 'soon'"),
         ({}, {"RINGTRACE_SAMPLE_HZ": "-5"}, "RINGTRACE_SAMPLE_HZ takes samples a second, 0 (off) to 1000, got '-5'"),
         ({"collector": "nowhere"}, {}, "--collector takes HOST:PORT (or several, separated by commas), got 'nowhere'"),
         ({}, {"RINGTRACE_INTEGRATIONS_OFF": "gc,nope"}, "RINGTRACE_INTEGRATIONS_OFF takes integration names"),

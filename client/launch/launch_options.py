@@ -60,30 +60,25 @@ def _name(text: str) -> str | None:
     return text or None
 
 
-def _sample_hz(text: str) -> float:
-    reason = f"takes samples a second, 0 (off) to {MAX_SAMPLE_HZ}"
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(reason) from None
-    if math.isnan(value) or not 0 <= value <= MAX_SAMPLE_HZ:
-        raise ValueError(reason)
-    return value
+def _from_zero_to(high: float, reason: str) -> Callable[[str], float]:
+    """A parser of a number from 0 to ``high``, which says ``reason`` for any other text."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(reason) from None
+        if math.isnan(value) or not 0 <= value <= high:
+            raise ValueError(reason)
+        return value
+
+    return parse
 
 
+_sample_hz: Final = _from_zero_to(MAX_SAMPLE_HZ, f"takes samples a second, 0 (off) to {MAX_SAMPLE_HZ}")
 #: The longest wait at exit a launch takes (an hour: a wait for ever would hang every program whose collector hangs).
 MAX_EXIT_TIMEOUT_S: Final = 3600.0
-
-
-def _exit_timeout(text: str) -> float:
-    reason = f"takes seconds, 0 to {MAX_EXIT_TIMEOUT_S:g}"
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(reason) from None
-    if math.isnan(value) or not 0 <= value <= MAX_EXIT_TIMEOUT_S:
-        raise ValueError(reason)
-    return value
+_exit_timeout: Final = _from_zero_to(MAX_EXIT_TIMEOUT_S, f"takes seconds, 0 to {MAX_EXIT_TIMEOUT_S:g}")
 
 
 def _integrations_off(text: str) -> frozenset[str]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from asyncio import Task
 
-__all__ = ["LetGo", "TaskName", "after_fork_in_child", "let_go"]
+__all__ = ["LetGo", "TaskName", "let_go", "not_collecting"]
 
 #: Whether a garbage collection is under way, from its start to its stop (after the finalizers it ran).
 _collecting = False
@@ -61,7 +61,7 @@ class TaskName:
         return self._name
 
 
-def after_fork_in_child() -> None:
+def not_collecting() -> None:
     """A fork during another thread's collection (its finalizers let the forking thread in) leaves no collection
     under way in the child."""
     global _collecting

@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.client.recording import tasks_let_go
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.greenlet_lanes import GreenletLanes, is_greenlet
 from ringtrace.client.recording.lanes import Lane, ThreadLanes
 from ringtrace.client.recording.sources import Source
-from ringtrace.client.recording.tasks_let_go import LetGo, TaskName, let_go
+from ringtrace.client.recording.tasks_let_go import LetGo, TaskName, let_go, not_collecting
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
@@ -400,7 +399,7 @@ class Tracks:
         self._lanes = {}
         self._greenlet_lanes.clear()
         self._source_buffers = {}
-        tasks_let_go.after_fork_in_child()
+        not_collecting()  # (a fork during another thread's collection)
 
 
 class EndedThread:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from alone import run_alone
-from ringtrace.client.recording.tasks_let_go import LetGo, after_fork_in_child
+from ringtrace.client.recording.tasks_let_go import LetGo, not_collecting
 
 
 class Held:
@@ -59,7 +59,7 @@ def test_in_a_child_forked_during_a_collection_a_task_let_go_of_is_gone_after_on
     seen: list[bool] = []
 
     def forked(owner: LetGo) -> None:  # (as if this finalizer let another thread in, which forked)
-        after_fork_in_child()
+        not_collecting()
         seen.extend([owner.is_alive(), owner.is_alive()])
 
     destroyed_in_a_cycle(forked)

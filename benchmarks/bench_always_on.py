@@ -7,7 +7,9 @@ Two programs (``workloads/``), each run fresh per round, the variants interleave
                  its work loop, and the CPU its process spent meanwhile (every thread's: the sampler, flusher and
                  streamer included; interpreter start and exit not counted)
   aiohttp server ``aiohttp_app.py`` loaded by ``http_load.py`` (a closed loop of keep-alive connections, never
-                 traced): requests/s answered, and the server process's CPU per request (/proc, every thread's)
+                 traced): requests/s answered, and the server process's CPU per request (/proc, every thread's); it
+                 frees a large block at start, as a server that has run a while has (the workload says why: without
+                 it, plain ``python`` mapped and unmapped a buffer on every read, and ``ringtrace run`` did not)
 
 Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``),
 ``run, sampling only`` (every integration off) and ``run, nothing on`` (both off: the baseline of sampling alone), to

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from aiohttp import web
-from aiohttp_app import prices
+from aiohttp_app import as_a_server_that_has_run_a_while, prices
 from ringtrace.client.connecting import connect
 from ringtrace.client.integrations.aiohttp_server import middleware
 
@@ -30,6 +30,7 @@ def plain_scope(timeline: Any) -> Any:
 
 
 def main() -> None:
+    as_a_server_that_has_run_a_while()
     port, variant = int(sys.argv[1]), sys.argv[2]
     middlewares: list[Any] = []
     if variant != "none":

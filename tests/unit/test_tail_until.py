@@ -80,7 +80,10 @@ def test_a_tail_with_grace_shows_what_a_slow_client_sends_past_the_default_grace
     track = TrackInfo(1, THREAD_TRACK, "main", 1)
     encoder = StreamEncoder()
     encoder.declare(track)
-    batch = encoder.encode(track, [f for ts in range(until - 100, until) for f in (INSTANT, "late", ts, ts, {})])
+    # A second before the until: a HELLO read more than 10 ms after its clocks (a busy machine) has its events placed
+    # by the collector's clock, that much later; stamped 100 ns before the until, none was shown, and the wait ran out.
+    stamped = until - 1_000_000_000
+    batch = encoder.encode(track, [f for ts in range(stamped - 100, stamped) for f in (INSTANT, "late", ts, ts, {})])
 
     async def scenario() -> tuple[int, list[str]]:
         collector = small_collector(capacity_bytes=64 << 20)

@@ -29,12 +29,11 @@ def plain_scope(timeline: Any) -> Any:
     return scoped
 
 
-def main() -> None:
-    as_a_server_that_has_run_a_while()
-    port, variant = int(sys.argv[1]), sys.argv[2]
+def application(variant: str, address: str) -> web.Application:
+    """The server's application, recording its requests as ``variant`` says (see the module's docstring)."""
     middlewares: list[Any] = []
     if variant != "none":
-        timeline = connect(sys.argv[3], process_name="bench-server")
+        timeline = connect(address, process_name="bench-server")
         if variant == "noop":
             middlewares.append(noop)
         elif variant == "scope":
@@ -43,6 +42,13 @@ def main() -> None:
             middlewares.append(middleware(timeline))
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/prices", prices)
+    return app
+
+
+def main() -> None:
+    as_a_server_that_has_run_a_while()
+    port, variant = int(sys.argv[1]), sys.argv[2]
+    app = application(variant, sys.argv[3] if variant != "none" else "")
     web.run_app(app, host="127.0.0.1", port=port, print=lambda *_: print("listening", flush=True), access_log=None)
 
 

@@ -27,7 +27,7 @@ from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from test_collector_limits import StandInTransport
@@ -42,7 +42,9 @@ class Connection:
     def __init__(self, collector: Collector, number: int) -> None:
         self.protocol, self.transport = IngestProtocol(collector), StandInTransport()
         self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
-        self.encoder = StreamEncoder(max_frame_bytes=MAX_FRAME, max_events_per_frame=8000)
+        # Kinds of its own: the process's (``KINDS``) hold those every test before it in this worker registered, and
+        # a stream declares them all, which could take a connection's tables past its share of a small capacity.
+        self.encoder = StreamEncoder(max_frame_bytes=MAX_FRAME, max_events_per_frame=8000, registry=KindRegistry())
         self.tracks = [TrackInfo(t + 1, THREAD_TRACK, f"t{t}", t + 1) for t in range(2)]
         self.ts = itertools.count(10**15, 1000)
         self.sent = 0

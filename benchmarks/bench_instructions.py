@@ -31,7 +31,7 @@ clock (every 50 ms), and under valgrind a request lasts about 50 times as long, 
 fewer requests than natively (``bench_always_on.py`` reads their CPU). Needs ``valgrind`` (Debian: ``apt-get install
 valgrind``); about 30 s a run, two runs a variant and seed.
 
-    python benchmarks/bench_instructions.py [--requests N] [--warmup N] [--seeds N] [--variants none,span,...]
+    python benchmarks/bench_instructions.py [--requests N] [--warmup N] [--seeds N] [--variants none,span,...] [--quick]
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ def per_request(valgrind: str, variant: str, warmup: int, requests: int, seed: i
     stored = running.stored_events()
     short = instructions(valgrind, variant, warmup, seed, running.tcp)
     long = instructions(valgrind, variant, warmup + requests, seed, running.tcp)
-    if variant in RECORDING and running.stored_events() - stored < 2 * warmup + requests:
-        raise RuntimeError(f"{variant}: the collector stored fewer events than the runs recorded spans")
+    got, spans = running.stored_events() - stored, 2 * warmup + requests
+    if variant in RECORDING and got < spans:
+        raise RuntimeError(f"{variant}, seed {seed}: the collector stored {got:,} events, fewer than {spans:,} spans")
     return [(b - a) / requests for a, b in zip(short, long, strict=True)]
 
 
@@ -101,9 +102,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=200, help="requests before them (default %(default)s)")
     parser.add_argument("--seeds", type=int, default=3, help="hash seeds each variant runs under (default %(default)s)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all)")
-    parser.add_argument(
-        "--quick", action="store_true", help="a smoke test: none and span, 100 requests after 20, one seed (overrides)"
-    )
+    quick = "a smoke test: none and span, 100 requests after 20, one seed (replaces those four options)"
+    parser.add_argument("--quick", action="store_true", help=quick)
     args = parser.parse_args()
     if args.quick:
         args.requests, args.warmup, args.seeds, args.variants = 100, 20, 1, "none,span"
@@ -111,11 +111,10 @@ def main() -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or not variants:
         parser.error(f"--variants takes {', '.join(VARIANTS)}, comma-separated; got {args.variants!r}")
-    if args.requests < 1 or args.warmup < 0 or args.seeds < 1:
-        parser.error(
-            f"--requests and --seeds must be at least 1, --warmup at least 0; "
-            f"got {args.requests}, {args.seeds} and {args.warmup}"
-        )
+    least_values = (("--requests", args.requests, 1), ("--warmup", args.warmup, 0), ("--seeds", args.seeds, 1))
+    for option, value, least in least_values:
+        if value < least:
+            parser.error(f"{option} must be at least {least}; got {value}")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         print("bench_instructions: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -141,7 +140,7 @@ def main() -> int:
         f"aiohttp server and client in one process, {args.requests:,} requests after {args.warmup:,}, "
         f"medians of {args.seeds} hash seeds"
     )
-    headers = ["recording", "main thread/request", "over the seeds", "added", "x none", "ringtrace's threads/request"]
+    headers = ["recording", "main thread/request", "seeds' min-max", "added", "x none", "ringtrace's threads/request"]
     print(table(headers, rows, title))
     return 0
 

@@ -9,7 +9,7 @@ PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED`` (but as 
 ``clean_exit``); with ``builtins``, CALL, C_RETURN and C_RAISE (``CALL`` for ``sys.exit``'s clean exit)
 for C functions), for every thread at once; on 3.11 through the profile function (``sys.setprofile`` on the thread that
 starts, ``threading.setprofile`` for threads started after: threads already running then are not traced, unlike with
-the C twin, which sets every thread's).
+the C twin, which sets every thread's; one module-level function, ``_profile``, for one tracer at a time).
 
 Each thread keeps a stack of the calls it opened since ``start()``: (key, location index, start). A call that ends
 pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
@@ -58,6 +58,7 @@ from ringtrace.client.functions.code_locations import (
     c_function_name,
     is_c_function,
 )
+from ringtrace.client.functions.monitoring_tool import free_tool, take_tool
 from ringtrace.client.functions.thread_calls import GreenletCalls, ThreadCalls, ThreadEnd, mark_ended
 from ringtrace.client.recording.asyncio_watch import current_task
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
@@ -70,9 +71,6 @@ log = logging.getLogger("ringtrace.client")
 #: The most bytes of records one thread holds between drains, by default: 16 MiB, 699,050 calls (pages untouched cost
 #: no memory; a flusher scheduled 100 ms late on a busy machine still finds room).
 DEFAULT_BUFFER_BYTES: Final = 16 * 1024 * 1024
-#: sys.monitoring tool ids tried, in order: never 0, 1 or 2 (the debugger's, coverage's and the profiler's).
-TOOL_IDS: Final = (4, 3)
-TOOL_NAME: Final = "ringtrace"
 
 #: ``sys.monitoring`` (3.12 and later), else None.
 _monitoring: Any = getattr(sys, "monitoring", None)
@@ -169,15 +167,14 @@ class PythonTracer(GreenletCalls):
         """Record on every thread from now on (on 3.11: this one and those started later).
 
         Raises:
-            RuntimeError: no sys.monitoring tool id of ``TOOL_IDS`` is free.
+            RuntimeError: no sys.monitoring tool id of ``TOOL_IDS`` is free; on 3.11, another tracer profiles.
         """
         if self._active:
             return
         if _MONITORING:
-            self._tool = _start_monitoring(self)
+            self._tool = take_tool(self._monitoring_callbacks())
         else:
-            threading.setprofile(self._profile)
-            sys.setprofile(self._profile)
+            _start_profiling(self)
         self._active = True
 
     def stop(self) -> None:
@@ -188,10 +185,9 @@ class PythonTracer(GreenletCalls):
         if _MONITORING:
             tool, self._tool = self._tool, None
             if tool is not None:
-                _stop_monitoring(tool)
+                free_tool(tool)
         else:
-            threading.setprofile(None)
-            sys.setprofile(None)  # other threads remove theirs at their next event (``_profile``)
+            _stop_profiling(self)
         now = _now()
         with self._threads_lock:
             threads = list(self._threads)
@@ -230,6 +226,24 @@ class PythonTracer(GreenletCalls):
                     self._forgotten_recorded += calls.recorded
                     self._forgotten_dropped += calls.dropped
         return taken
+
+    def _monitoring_callbacks(self) -> dict[int, Callable[..., Any]]:
+        events = _monitoring.events
+        callbacks: dict[int, Callable[..., Any]] = {
+            events.PY_START: self._on_start,
+            events.PY_RESUME: self._on_start,
+            events.PY_THROW: self._on_throw,
+            events.PY_RETURN: self._on_return,
+            events.PY_YIELD: self._on_return,
+            events.PY_UNWIND: self._on_unwind,
+        }
+        if self.builtins:
+            callbacks |= {
+                events.CALL: self._on_call,
+                events.C_RETURN: self._on_c_return,
+                events.C_RAISE: self._on_c_raise,
+            }
+        return callbacks
 
     # -- the parts shared by both ways of seeing calls ---------------------------------------------------------------
 
@@ -388,51 +402,78 @@ class PythonTracer(GreenletCalls):
         except Exception as exc:
             failed(exc, "a C raise")
 
-    # -- 3.11: the profile function ---------------------------------------------------------------------------------
 
-    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        try:
-            if not self._active:
-                sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
-            elif event == "call":
-                code = frame.f_code
-                entry = self._codes.get(id(code))
-                index = entry[1] if entry is not None else self._index_of(code, frame)
-                if index >= 0:
-                    calls = self._thread_calls()
-                    if entry is None and code.co_flags & CO_COROUTINE:
-                        self._open_coroutine(calls, code, index)
-                    else:
-                        self._open(calls, id(code), index)
-                    lasti = frame.f_lasti
-                    if lasti >= 0 and code.co_code[lasti] == _YIELD_VALUE:  # (a resume by send is at its RESUME)
-                        calls.thrown[calls.stack[-1][2]] = lasti
-            elif event == "return":
-                code = frame.f_code
-                calls = self._thread_calls()
+# -- 3.11: the profile function -------------------------------------------------------------------------------------
+
+#: The tracer that ``_profile`` gives events to; None: none (a thread's next event removes its profile function).
+_profiling: PythonTracer | None = None
+
+
+def _start_profiling(tracer: PythonTracer) -> None:
+    global _profiling
+    if _profiling is not None:
+        raise RuntimeError("on Python 3.11 one tracer at a time profiles: another one has started and not stopped")
+    _profiling = tracer
+    threading.setprofile(_profile)
+    sys.setprofile(_profile)
+
+
+def _stop_profiling(tracer: PythonTracer) -> None:
+    global _profiling
+    if _profiling is tracer:
+        _profiling = None
+        threading.setprofile(None)
+        sys.setprofile(None)  # other threads remove theirs at their next event (``_profile``)
+
+
+def _profile(frame: types.FrameType, event: str, arg: Any) -> None:
+    """Every thread's profile function, a module-level one: the interpreter calls it through a reference it borrows
+    from the thread, after making the frame's object, which may run a collection and its callbacks, traced too. One
+    of them that removed a function the thread held the last reference to (a tracer's bound method) left the call
+    it then made to a freed object (CPython 3.11): the process crashed."""
+    tracer = _profiling
+    try:
+        if tracer is None:
+            sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
+        elif event == "call":
+            code = frame.f_code
+            entry = tracer._codes.get(id(code))
+            index = entry[1] if entry is not None else tracer._index_of(code, frame)
+            if index >= 0:
+                calls = tracer._thread_calls()
+                if entry is None and code.co_flags & CO_COROUTINE:
+                    tracer._open_coroutine(calls, code, index)
+                else:
+                    tracer._open(calls, id(code), index)
                 lasti = frame.f_lasti
-                raised = lasti >= 0 and code.co_code[lasti] not in _RETURN_OPCODES
-                if calls.thrown and calls.stack:
-                    # Thrown in at a yield and gone from there with no value: the exception left (a yield of None
-                    # from that same yield, after a handler looped back to it, reads the same, and is taken so too).
-                    thrown_at = calls.thrown.pop(calls.stack[-1][2], None)
-                    raised = raised or (thrown_at == lasti and arg is None)
-                self._close(calls, id(code), CALL_RAISED if raised else CALL)
-            elif self.builtins and event == "c_call":
-                code = frame.f_code
-                entry = self._codes.get(id(code))
-                index = entry[1] if entry is not None else self._index_of(code, frame)
-                if index >= 0 and isinstance(arg, C_TYPES):
-                    self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
-            elif self.builtins and self._recorded(frame.f_code):  # c_return, c_exception
-                self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
-        except Exception as exc:
-            if raised_by_a_signal_handler(exc):
-                profile_function_removed(exc)
-            failed(exc, f"a {event} event")
-        except BaseException as exc:  # KeyboardInterrupt, say: the program's too
+                if lasti >= 0 and code.co_code[lasti] == _YIELD_VALUE:  # (a resume by send is at its RESUME)
+                    calls.thrown[calls.stack[-1][2]] = lasti
+        elif event == "return":
+            code = frame.f_code
+            calls = tracer._thread_calls()
+            lasti = frame.f_lasti
+            raised = lasti >= 0 and code.co_code[lasti] not in _RETURN_OPCODES
+            if calls.thrown and calls.stack:
+                # Thrown in at a yield and gone from there with no value: the exception left (a yield of None
+                # from that same yield, after a handler looped back to it, reads the same, and is taken so too).
+                thrown_at = calls.thrown.pop(calls.stack[-1][2], None)
+                raised = raised or (thrown_at == lasti and arg is None)
+            tracer._close(calls, id(code), CALL_RAISED if raised else CALL)
+        elif tracer.builtins and event == "c_call":
+            code = frame.f_code
+            entry = tracer._codes.get(id(code))
+            index = entry[1] if entry is not None else tracer._index_of(code, frame)
+            if index >= 0 and isinstance(arg, C_TYPES):
+                tracer._open(tracer._thread_calls(), id(arg), tracer._c_index_of(arg))
+        elif tracer.builtins and tracer._recorded(frame.f_code):  # c_return, c_exception
+            tracer._close(tracer._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
+    except Exception as exc:
+        if raised_by_a_signal_handler(exc):
             profile_function_removed(exc)
-            raise
+        failed(exc, f"a {event} event")
+    except BaseException as exc:  # KeyboardInterrupt, say: the program's too
+        profile_function_removed(exc)
+        raise
 
 
 def clean_exit(exception: BaseException) -> bool:
@@ -444,51 +485,3 @@ def clean_exit(exception: BaseException) -> bool:
 def clean_exit_code(code: object) -> bool:
     """Whether a SystemExit of ``code`` (``sys.exit``'s argument) ends the program cleanly: None or 0."""
     return code is None or (isinstance(code, int) and code == 0)
-
-
-def _start_monitoring(tracer: PythonTracer) -> int:
-    """Take a free tool id of ``TOOL_IDS`` for ``tracer``'s callbacks; returns it.
-
-    Raises:
-        RuntimeError: none is free.
-    """
-    monitoring = _monitoring
-    for tool in TOOL_IDS:
-        if monitoring.get_tool(tool) is None:
-            monitoring.use_tool_id(tool, TOOL_NAME)
-            break
-    else:
-        taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)!r}" for tool in TOOL_IDS)
-        raise RuntimeError(f"function tracing needs a free sys.monitoring tool id of {TOOL_IDS}; taken ({taken})")
-    events = monitoring.events
-    callbacks: dict[int, Callable[..., Any]] = {
-        events.PY_START: tracer._on_start,
-        events.PY_RESUME: tracer._on_start,
-        events.PY_THROW: tracer._on_throw,
-        events.PY_RETURN: tracer._on_return,
-        events.PY_YIELD: tracer._on_return,
-        events.PY_UNWIND: tracer._on_unwind,
-    }
-    if tracer.builtins:
-        callbacks |= {
-            events.CALL: tracer._on_call,
-            events.C_RETURN: tracer._on_c_return,
-            events.C_RAISE: tracer._on_c_raise,
-        }
-    for event, callback in callbacks.items():
-        monitoring.register_callback(tool, event, callback)
-    # Locations another tracer of this tool id turned off (DISABLE) are on again: this one's decide may differ.
-    monitoring.restart_events()
-    mask = 0
-    for event in callbacks:
-        mask |= event
-    monitoring.set_events(tool, mask)
-    return tool
-
-
-def _stop_monitoring(tool: int) -> None:
-    monitoring = _monitoring
-    monitoring.set_events(tool, 0)
-    for event in (1 << bit for bit in range(monitoring.events.C_RAISE.bit_length())):
-        monitoring.register_callback(tool, event, None)
-    monitoring.free_tool_id(tool)

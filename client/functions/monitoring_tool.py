@@ -14,6 +14,8 @@ __all__ = ["TOOL_IDS", "TOOL_NAME", "free_tool", "take_tool"]
 TOOL_IDS: Final = (4, 3)
 TOOL_NAME: Final = "ringtrace"
 
+_monitoring: Any = getattr(sys, "monitoring", None)
+
 
 def take_tool(callbacks: dict[int, Callable[..., Any]]) -> int:
     """Take a free tool id of ``TOOL_IDS`` for ``callbacks`` (event: callback), their events on; returns it.
@@ -21,7 +23,7 @@ def take_tool(callbacks: dict[int, Callable[..., Any]]) -> int:
     Raises:
         RuntimeError: none is free.
     """
-    monitoring: Any = getattr(sys, "monitoring")  # noqa: B009 (3.12 and later: not in 3.11's typeshed)
+    monitoring = _monitoring
     for tool in TOOL_IDS:
         if monitoring.get_tool(tool) is None:
             monitoring.use_tool_id(tool, TOOL_NAME)
@@ -42,7 +44,7 @@ def take_tool(callbacks: dict[int, Callable[..., Any]]) -> int:
 
 def free_tool(tool: int) -> None:
     """Turn every event of ``tool`` off, its callbacks unregistered, and free it."""
-    monitoring: Any = getattr(sys, "monitoring")  # noqa: B009
+    monitoring = _monitoring
     monitoring.set_events(tool, 0)
     for event in (1 << bit for bit in range(monitoring.events.C_RAISE.bit_length())):
         monitoring.register_callback(tool, event, None)

@@ -9,7 +9,8 @@ PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED`` (but as 
 ``clean_exit``); with ``builtins``, CALL, C_RETURN and C_RAISE (``CALL`` for ``sys.exit``'s clean exit)
 for C functions), for every thread at once; on 3.11 through the profile function (``sys.setprofile`` on the thread that
 starts, ``threading.setprofile`` for threads started after: threads already running then are not traced, unlike with
-the C twin, which sets every thread's; one module-level function, ``_profile``, for one tracer at a time).
+the C twin, which sets every thread's; one module-level function, ``_profile``, for one tracer at a time: a thread
+that kept it past a tracer's stop, meeting no call since, gives its calls to the next tracer).
 
 Each thread keeps a stack of the calls it opened since ``start()``: (key, location index, start). A call that ends
 pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
@@ -106,6 +107,9 @@ class PythonTracer(GreenletCalls):
 
     Raises:
         ValueError: a negative ``min_duration_ns`` or ``max_depth``, or a ``buffer_bytes`` below one record.
+
+    On 3.11 one tracer runs at a time, held from ``start()`` to ``stop()`` as the C twin is (its start and stop called
+    from one thread at a time: ``FunctionTracing``'s lock).
     """
 
     def __init__(
@@ -227,24 +231,6 @@ class PythonTracer(GreenletCalls):
                     self._forgotten_dropped += calls.dropped
         return taken
 
-    def _monitoring_callbacks(self) -> dict[int, Callable[..., Any]]:
-        events = _monitoring.events
-        callbacks: dict[int, Callable[..., Any]] = {
-            events.PY_START: self._on_start,
-            events.PY_RESUME: self._on_start,
-            events.PY_THROW: self._on_throw,
-            events.PY_RETURN: self._on_return,
-            events.PY_YIELD: self._on_return,
-            events.PY_UNWIND: self._on_unwind,
-        }
-        if self.builtins:
-            callbacks |= {
-                events.CALL: self._on_call,
-                events.C_RETURN: self._on_c_return,
-                events.C_RAISE: self._on_c_raise,
-            }
-        return callbacks
-
     # -- the parts shared by both ways of seeing calls ---------------------------------------------------------------
 
     def _thread_calls(self) -> ThreadCalls:
@@ -322,6 +308,24 @@ class PythonTracer(GreenletCalls):
                     log.exception("ringtrace: the function tracer's wake failed")
 
     # -- 3.12 and later: sys.monitoring's callbacks ---------------------------------------------------------------
+
+    def _monitoring_callbacks(self) -> dict[int, Callable[..., Any]]:
+        events = _monitoring.events
+        callbacks: dict[int, Callable[..., Any]] = {
+            events.PY_START: self._on_start,
+            events.PY_RESUME: self._on_start,
+            events.PY_THROW: self._on_throw,
+            events.PY_RETURN: self._on_return,
+            events.PY_YIELD: self._on_return,
+            events.PY_UNWIND: self._on_unwind,
+        }
+        if self.builtins:
+            callbacks |= {
+                events.CALL: self._on_call,
+                events.C_RETURN: self._on_c_return,
+                events.C_RAISE: self._on_c_raise,
+            }
+        return callbacks
 
     def _on_start(self, code: types.CodeType, offset: int) -> Any:
         try:
@@ -427,14 +431,15 @@ def _stop_profiling(tracer: PythonTracer) -> None:
 
 
 def _profile(frame: types.FrameType, event: str, arg: Any) -> None:
-    """Every thread's profile function, a module-level one: the interpreter calls it through a reference it borrows
-    from the thread, after making the frame's object, which may run a collection and its callbacks, traced too. One
-    of them that removed a function the thread held the last reference to (a tracer's bound method) left the call
-    it then made to a freed object (CPython 3.11): the process crashed."""
+    """Every thread's profile function. Module-level, so never freed: CPython 3.11 calls it through a reference it
+    borrows from the thread, after making the frame's object, which may set off a collection whose callbacks (traced
+    too) may remove it from the thread; a tracer's bound method, its last reference gone, was called freed."""
     tracer = _profiling
     try:
         if tracer is None:
             sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
+        elif not tracer._active:
+            return  # stopping: ``_stop_profiling`` comes next
         elif event == "call":
             code = frame.f_code
             entry = tracer._codes.get(id(code))

@@ -217,16 +217,17 @@ c_end_slow(Tracer *self, PyFrameObject *frame, PyObject *callable, uint32_t kind
     Py_DECREF(self);
     return 0;
 }
-/* threading.setprofile's hook, called (frame, event, arg) by the thread's first event: puts the profile function in
-   its place, and gives it that event. */
+/* threading.setprofile's hook, called (frame, event, arg) by the thread's first event: puts the running tracer's
+   profile function in its place, and gives it that event; none running, it takes itself off the thread. */
 static PyObject *
-thread_hook(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
+thread_hook(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
-    Tracer *self = (Tracer *)tracer;
+    Tracer *self = rt_running;
+    PyObject *tracer = (PyObject *)self;
     if (nargs != 3 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
         Py_RETURN_NONE;
     }
-    if (!self->running) {
+    if (self == NULL || !self->running) {
         if (_PyEval_SetProfile(PyThreadState_Get(), NULL, NULL) < 0) {
             return NULL;
         }
@@ -249,6 +250,10 @@ thread_hook(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef thread_hook_def = {"thread_hook", (PyCFunction)(void (*)(void))thread_hook, METH_FASTCALL, NULL};
+/* The hook, made once and never freed: the interpreter calls a thread's profile object through a reference it
+   borrows from the thread, after making the frame's object, which may set off a collection whose callbacks, traced,
+   meet the hook (a thread's first event) and take it off the thread; a hook freed then would be called freed. */
+static PyObject *thread_hook_object;
 
 static int
 set_thread_hook(PyObject *hook)
@@ -266,13 +271,10 @@ rt_hooks_start(Tracer *self)
     if (!self->builtins) {
         return rt_eval_hook_start(self);
     }
-    PyObject *hook = PyCFunction_New(&thread_hook_def, (PyObject *)self);
-    if (hook == NULL) {
+    if (thread_hook_object == NULL && (thread_hook_object = PyCFunction_New(&thread_hook_def, NULL)) == NULL) {
         return -1;
     }
-    int failed = set_thread_hook(hook);
-    Py_DECREF(hook);
-    if (failed) {
+    if (set_thread_hook(thread_hook_object) < 0) {
         return -1;
     }
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());

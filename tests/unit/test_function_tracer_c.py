@@ -605,3 +605,68 @@ def test_coverage_on_sys_monitoring_sees_its_lines_while_the_tracer_records(
     for function in (catcher, boom):
         first = function.__code__.co_firstlineno
         assert first + 1 in lines, (function, sorted(lines))
+
+
+#: A thread's call whose frame object sets off a collection: its callback (traced) holds the thread there while the
+#: main thread stops the tracer and lets it go; then the thread's call goes on to the profile function.
+STOPPED_AND_LET_GO_MID_CALL = """
+import gc
+import sys
+import threading
+import weakref
+
+from ringtrace.client._functions import Tracer
+
+held, release = threading.Event(), threading.Event()
+armed = [False]
+
+
+def on_collection(phase, info):
+    if armed[0] and phase == "start" and threading.current_thread() is worker:
+        if sys._getframe(1).f_code.co_name == "called":  # (set off by the frame object of a call of called)
+            armed[0] = False
+            held.set()
+            release.wait(60)
+
+
+def called():
+    return 1
+
+
+def work():
+    for _ in range(50):
+        armed[0] = True
+        called()
+        if held.is_set():
+            return
+        [[]]  # (an allocation, so that the next call's frame object may be the one that sets a collection off)
+    armed[0] = False
+    held.set()
+
+
+gc.callbacks.append(on_collection)
+tracer = Tracer(lambda code, module: True, [], builtins=True)
+tracer.start()
+worker = threading.Thread(target=work)
+gc.set_threshold(1, 1000, 1000)
+worker.start()
+assert held.wait(60), "the worker's call never set off a collection"
+gc.set_threshold(700, 10, 10)
+tracer.stop()
+gone = weakref.ref(tracer)
+del tracer
+print("let go", gone() is None, "held in the call", not armed[0], flush=True)
+release.set()
+worker.join(60)
+"""
+
+
+@pytest.mark.skipif(MONITORING, reason="3.11's profile function (3.12+: sys.monitoring)")
+def test_a_tracer_let_go_while_a_thread_is_inside_a_profiled_call_is_not_called_after() -> None:
+    # The interpreter calls a thread's profile function with the profile object it borrows from the thread, after
+    # making the frame's object: a collection set off there may run code that stops the tracer and lets it go. The
+    # tracer was that object (a use after free; a crash each run); the object is None now, the tracer is rt_running.
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_AND_LET_GO_MID_CALL], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (0, "let go True held in the call True\n"), done.stderr

@@ -6,15 +6,17 @@
 
 #if !RT_MONITORING
 
-/* Each event has a fast path, taken where nothing is to be decided or made and no Python code runs (the tracer is not
-   held: nothing can let it go), and a slow one, the whole of it, which holds the tracer while it runs: decide may stop
-   it (which unsets the profile function, dropping the interpreter's reference) and let it go. Each fast path is a
-   function of its own, which the profile function jumps to: one body for all events saved every register any of them
-   needs on every event. An entry on the stack notes its frame: a Python call's own, a C call's caller's. A Python
-   call's end is the call on top of the stack if its code and frame are the top's; a C call's, if its callable and the
-   frame it was called from are (the same callable called again from code not recorded, inside that call, is not its
-   end). A C call is made from recorded code if the top's frame is its caller's (an entry is made only in recorded
-   code's frames), else as co_extra tells. */
+/* The profile object is None, and the profile function finds the tracer in rt_running, which holds it while it runs:
+   the interpreter calls the function with the object it borrows from the thread, after making the frame's object,
+   which may set off a collection whose code (traced too) stops the tracer and lets it go, or lets another thread do
+   so. Each event has a fast path, taken where nothing is to be decided or made and no Python code runs (the tracer is
+   not held: nothing can let it go), and a slow one, the whole of it, which holds the tracer while it runs: decide may
+   stop it (dropping rt_running's reference) and let it go. Each fast path is a function of its own, which the profile
+   function jumps to: one body for all events saved every register any of them needs on every event. An entry on the
+   stack notes its frame: a Python call's own, a C call's caller's. A Python call's end is the call on top of the stack
+   if its code and frame are the top's; a C call's, if its callable and the frame it was called from are (the same
+   callable called again from code not recorded, inside that call, is not its end). A C call is made from recorded code
+   if the top's frame is its caller's (an entry is made only in recorded code's frames), else as co_extra tells. */
 
 static int python_call_slow(Tracer *self, PyFrameObject *frame);
 static int python_return_slow(Tracer *self, PyFrameObject *frame, PyObject *arg);
@@ -117,9 +119,12 @@ c_end(Tracer *self, PyFrameObject *frame, PyObject *callable, uint32_t kind)
 
 /* The profile function. */
 static int
-profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
+profile(PyObject *unused, PyFrameObject *frame, int what, PyObject *arg)
 {
-    Tracer *self = (Tracer *)tracer;
+    Tracer *self = rt_running; /* (not the profile object: see the top of this file) */
+    if (self == NULL) {
+        return 0;
+    }
     switch (what) {
     case PyTrace_CALL:
         return python_call(self, frame);
@@ -222,18 +227,16 @@ c_end_slow(Tracer *self, PyFrameObject *frame, PyObject *callable, uint32_t kind
 static PyObject *
 thread_hook(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
-    Tracer *self = rt_running;
-    PyObject *tracer = (PyObject *)self;
     if (nargs != 3 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
         Py_RETURN_NONE;
     }
-    if (self == NULL || !self->running) {
+    if (rt_running == NULL || !rt_running->running) {
         if (_PyEval_SetProfile(PyThreadState_Get(), NULL, NULL) < 0) {
             return NULL;
         }
         Py_RETURN_NONE;
     }
-    if (_PyEval_SetProfile(PyThreadState_Get(), profile, tracer) < 0) {
+    if (_PyEval_SetProfile(PyThreadState_Get(), profile, Py_None) < 0) {
         return NULL;
     }
     static const char *const names[] = {"call", "exception", "line", "return", "c_call", "c_exception", "c_return"};
@@ -241,7 +244,7 @@ thread_hook(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
         if (PyUnicode_CompareWithASCIIString(args[1], names[what]) == 0) {
             /* "return" with None may have been an exception (the hook cannot tell): a call here is what it sees */
             if (what == PyTrace_CALL || what == PyTrace_C_CALL) {
-                profile(tracer, (PyFrameObject *)args[0], what, args[2]);
+                profile(Py_None, (PyFrameObject *)args[0], what, args[2]); /* (it finds the tracer, if any still) */
             }
             break;
         }
@@ -279,7 +282,7 @@ rt_hooks_start(Tracer *self)
     }
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts)) {
-        if (_PyEval_SetProfile(ts, profile, (PyObject *)self) < 0) {
+        if (_PyEval_SetProfile(ts, profile, Py_None) < 0) {
             return -1;
         }
     }
@@ -296,7 +299,7 @@ rt_hooks_stop(Tracer *self)
     int failed = set_thread_hook(Py_None);
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts)) {
-        if (ts->c_profilefunc == profile && ts->c_profileobj == (PyObject *)self &&
+        if (ts->c_profilefunc == profile &&
             _PyEval_SetProfile(ts, NULL, NULL) < 0) {
             failed = -1;
         }

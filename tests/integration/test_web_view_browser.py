@@ -23,6 +23,7 @@ from browser import KEEP_DRAWN_TEXT, Image, chromium, generous, missing_browser,
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_script, run_workload
 from nats_cluster import NatsCluster, server_binary
+from waiting import wait_for
 
 _MISSING = missing_browser()
 pytestmark = [
@@ -227,9 +228,10 @@ def test_zoom_changes_what_is_drawn_and_reset_brings_it_back(page: Page) -> None
     assert zoomed.count(plot(zoomed), coloured) != before.count(plot(before), coloured)
     page.page.focus("#timeline-wrap")
     page.page.keyboard.press("0")
-    assert page.canvas().rows == before.rows
+    # (Drawn on the page's next frame: a screenshot taken at once, on a busy machine, can come before it.)
+    wait_for(lambda: page.canvas().rows == before.rows, timeout_s=30, what="the drawing as before the zoom")
     page.page.keyboard.press("w")  # keys zoom too
-    assert page.canvas().rows != before.rows
+    wait_for(lambda: page.canvas().rows != before.rows, timeout_s=30, what="a drawing zoomed by a key")
 
 
 #: The page's address's query parameters (their names), once ``[present, absent]`` hold of them: each of ``present``

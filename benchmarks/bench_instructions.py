@@ -18,7 +18,7 @@ median and the spread over them are reported.
   idle   connected, nothing recorded per request
   noop   a middleware that records nothing (what aiohttp's middleware chain costs)
   scope  a middleware recording a plain ``Timeline.scope`` per request (a task's lane and the scope)
-  span   the aiohttp-server integration's middleware: a server span per request
+  span   the aiohttp-server integration, as applied (around ``Application._handle``): a server span per request
   run    ``ringtrace run --sample-hz 0`` of the unrecorded server: every integration as the defaults apply them, no
          sampling (under valgrind a program runs about 50 times slower, so a sampler at 100 Hz would take 50 times as
          many samples a request as it does: ``bench_sampler.py`` measures the sampler)

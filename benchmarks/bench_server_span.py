@@ -6,7 +6,7 @@ in five ways, each run fresh per round, interleaved round-robin, streaming to a 
   idle   connected, nothing recorded per request: the flusher and streamer threads alone
   noop   connected, a middleware that records nothing: what aiohttp's middleware chain costs
   scope  a middleware recording a plain ``Timeline.scope`` per request
-  span   the integration's middleware: a ``server_span`` per request (trace ids, method, path, route, response map)
+  span   the integration, as applied: a ``server_span`` per request (trace ids, method, path, route, response map)
 
 Cost: requests/s of the baseline over the variant's (medians), so 1.02 is 2% slower; and the server process's CPU
 (every thread) per request answered, less noisy on a busy machine. ``--compare PYTHON`` adds

@@ -1,8 +1,9 @@
 """``aiohttp_app.py``'s server with the recording of its requests chosen by the second argument, for
 ``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``noop`` (connected, a
 middleware that records nothing: what aiohttp's middleware chain costs), ``scope`` (a middleware recording a plain
-scope per request), ``span`` (the aiohttp-server integration's middleware: a server span per request). The
-collector's address is the third argument. Prints ``listening`` once it serves."""
+scope per request), ``span`` (the aiohttp-server integration as ``ringtrace run`` applies it: a server span per
+request around the application's ``_handle``, no middleware). The collector's address is the third argument. Prints
+``listening`` once it serves."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp_app import as_a_server_that_has_run_a_while, prices
 from ringtrace.client.connecting import connect
-from ringtrace.client.integrations.aiohttp_server import middleware
+from ringtrace.client.integrations.aiohttp_server import install
 
 
 @web.middleware
@@ -39,7 +40,7 @@ def application(variant: str, address: str) -> web.Application:
         elif variant == "scope":
             middlewares.append(plain_scope(timeline))
         elif variant == "span":
-            middlewares.append(middleware(timeline))
+            install(timeline)
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/prices", prices)
     return app

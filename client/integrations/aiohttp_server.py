@@ -1,23 +1,29 @@
-"""A server span per request of aiohttp's server: ``middleware(timeline)`` for explicit use, and put first among the
-middlewares of every ``aiohttp.web.Application`` made once ``aiohttp.web`` is imported.
+"""A server span per request of aiohttp's server: around ``web.Application._handle`` (what serves each request of an
+application) once ``aiohttp.web`` is imported, and ``middleware(timeline)`` for explicit use.
 
 The span continues the caller's trace (its ``traceparent``), is labelled with the method and the route (the matched
 resource's canonical path, ``/users/{id}``; the path when none matched), and holds ``method``, ``path``, ``route``
 and the ``response`` map (``status``: the response's, or the raised ``HTTPException``'s) as args. It lasts as long as
 the handler: a streamed response is written before the handler returns it. An exception from the handler is
 recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came; but an ``HTTPException``
-below 500 (``HTTPNotFound``, a redirect) is aiohttp's way to answer, recorded as its status alone. A sub-application's
-middleware, inside the main application's, records no second span.
+below 500 (``HTTPNotFound``, a redirect) is aiohttp's way to answer, recorded as its status alone. A sub-application,
+or a middleware given explicitly under a recorded application, records no second span.
+
+Why around ``_handle`` and not a middleware put first: an application with no middleware of its own skips aiohttp's
+middleware chain, and a middleware costs each request about 12,000 instructions more than a wrapper of ``_handle``
+(``benchmarks/bench_instructions.py --variants none,noop``). aiohttp matches the route inside ``_handle``, so the span
+begins named by its path and is labelled with its route as it ends (``TraceScope.relabel``).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
-from ringtrace.client.recording.trace_context import new_trace_scope
+from ringtrace.client.recording.trace_context import TraceScope, new_trace_scope
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -25,98 +31,125 @@ if TYPE_CHECKING:
 __all__ = ["install", "middleware"]
 
 _Handler = Callable[[Any], Awaitable[Any]]
-#: The (method, route) pairs whose label a middleware keeps: a server's routes and methods, with room to spare.
+#: The (method, route) pairs whose label is kept: a server's routes and methods, with room to spare.
 _NAMED: Final = 4096
 _serving = SERVING.get
 
 
-def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
-    """An aiohttp middleware recording a server span per request into ``timeline`` (see the module's docstring):
-    ``web.Application(middlewares=[middleware(tl)])``."""
+class _ServerSpans:
+    """Begins and ends the server span of each request of a timeline's (see the module's docstring)."""
 
-    answers = getattr(sys.modules.get("aiohttp.web"), "HTTPException", ())  # (aiohttp's: raised, it is a response)
-    # The label and the route of each (method, matched route) seen: a server's routes are few and fixed once it
-    # serves, and reading a route's pattern and formatting the label cost a request about a microsecond.
-    named: dict[tuple[str, object], tuple[str, str]] = {}
-    scope_of = timeline._scope_of  # (what ``Timeline.server_span`` makes its span with: one call less a request)
+    __slots__ = ("_answers", "_named", "_scope_of")
 
-    async def ringtrace_server_span(request: Any, handler: _Handler) -> Any:
-        if _serving():
-            return await handler(request)
+    def __init__(self, timeline: Timeline) -> None:
+        #: aiohttp's ``HTTPException``: raised, it is a response.
+        self._answers = getattr(sys.modules.get("aiohttp.web"), "HTTPException", ())
+        #: The label and the route of each (method, matched route) seen: a server's routes are few and fixed once it
+        #: serves, and reading a route's pattern and formatting the label cost a request about a microsecond.
+        self._named: dict[tuple[str, object], tuple[str, str]] = {}
+        self._scope_of = timeline._scope_of  # (what ``Timeline.server_span`` makes its span with: one call less)
+
+    def begin(self, request: Any) -> TraceScope | None:
+        """``request``'s span, entered and named by its path until ``end`` (its route is matched after it begins);
+        None for a request that cannot be read (served unrecorded)."""
         try:
-            method = request.method
-            route_object = request.match_info.route
-            found = named.get((method, route_object))
-            if found is not None:
-                label, route = found
-                path = request.path
-            else:
-                label, route, path = _name(method, route_object, request.path, named)
-            response: dict[str, Any] = {}
-            span = new_trace_scope(
-                scope_of,
-                label,
-                "server",
-                request.headers,
-                {"method": method, "path": path, "route": route, "response": response},
-            )
-        except Exception:  # a request we cannot read: the handler serves it unrecorded
-            return await handler(request)
-        token = SERVING.set(True)
-        try:
+            path = request.path
+            args = {"method": request.method, "path": path, "route": path, "response": {}}
+            span = new_trace_scope(self._scope_of, path, "server", request.headers, args)
             span.__enter__()
-            try:
-                result = await handler(request)
-            except BaseException as exc:
-                status = getattr(exc, "status", None) if isinstance(exc, answers) else None
+        except Exception:
+            return None
+        return span
+
+    def end(self, span: TraceScope, request: Any, result: Any, exc: BaseException | None) -> None:
+        """The request was answered with ``result``, or raised ``exc``: the span is labelled with its route and
+        ends."""
+        response: dict[str, Any] = {}
+        try:
+            label, route = self._label(request)
+            if exc is None:
+                response["status"] = getattr(result, "status", None)
+            else:
+                status = getattr(exc, "status", None) if isinstance(exc, self._answers) else None
                 if type(status) is int:  # (not another exception's status: an upstream's, say, answered with a 500)
                     response["status"] = status
                 if type(status) is int and status < 500:  # (a 404 or a redirect, raised: an answer, not an error)
-                    span.__exit__(None, None, None)
+                    exc = None
                 else:
                     response["error"] = error_text(exc)
-                    span.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-            response["status"] = getattr(result, "status", None)
+            span.relabel(label, route=route, response=response)
+        except Exception:  # (a request's odd state: the span ends as it began)
+            pass
+        if exc is None:
             span.__exit__(None, None, None)
-            return result
+        else:
+            span.__exit__(type(exc), exc, exc.__traceback__)
+
+    def _label(self, request: Any) -> tuple[str, str]:
+        """The label and the route of ``request``, matched to a route (its resource's canonical path; the path when
+        none matched)."""
+        method = request.method
+        try:
+            route_object = request.match_info.route
+        except AttributeError:  # (no route: resolving it failed)
+            route_object = None
+        found = self._named.get((method, route_object))
+        if found is not None:
+            return found
+        resource = getattr(route_object, "resource", None)
+        if resource is None:  # (each request that matched none has a route object of its own: not kept)
+            path = request.path
+            return server_label(method, path), path
+        route = resource.canonical
+        found = server_label(method, route), route
+        if len(self._named) < _NAMED:
+            self._named[method, route_object] = found
+        return found
+
+
+def _recording(spans: _ServerSpans, serve: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Any]:
+    """``serve(first, request)`` (``Application._handle(self, request)``, say), each request in its span."""
+
+    async def recorded(first: Any, request: Any) -> Any:
+        if _serving():
+            return await serve(first, request)
+        span = spans.begin(request)
+        if span is None:
+            return await serve(first, request)
+        token = SERVING.set(True)
+        try:
+            result = await serve(first, request)
+        except BaseException as exc:
+            spans.end(span, request, None, exc)
+            raise
         finally:
             SERVING.reset(token)
+        spans.end(span, request, result, None)
+        return result
+
+    return recorded
+
+
+def _call(handler: _Handler, request: Any) -> Awaitable[Any]:
+    return handler(request)
+
+
+def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
+    """An aiohttp middleware recording a server span per request into ``timeline`` (see the module's docstring):
+    ``web.Application(middlewares=[middleware(tl)])``, for an application served where the integration is off."""
+    recorded = _recording(_ServerSpans(timeline), _call)
+
+    def ringtrace_server_span(request: Any, handler: _Handler) -> Awaitable[Any]:
+        return recorded(handler, request)  # type: ignore[no-any-return]
 
     ringtrace_server_span.__middleware_version__ = 1  # type: ignore[attr-defined]  # what @web.middleware sets
     return ringtrace_server_span
 
 
-def _name(
-    method: str, route_object: object, path: str, named: dict[tuple[str, object], tuple[str, str]]
-) -> tuple[str, str, str]:
-    """The label and the route of a request of ``method`` matched to ``route_object`` (its resource's canonical
-    path; ``path`` when none matched), kept in ``named`` for a route of a resource (a request matching none has a
-    route of its own), which holds at most ``_NAMED`` of them."""
-    resource = getattr(route_object, "resource", None)
-    if resource is None:
-        return server_label(method, path), path, path
-    route = resource.canonical
-    label = server_label(method, route)
-    if len(named) < _NAMED:
-        named[method, route_object] = (label, route)
-    return label, route, path
-
-
 def install(timeline: Timeline) -> None:
-    """Put the middleware first in every ``web.Application`` made from now on."""
+    """Record a span around each request every ``web.Application`` serves from now on."""
     application = sys.modules["aiohttp.web"].Application
-    first = middleware(timeline)
-
-    def make_init(init: Callable[..., None]) -> Callable[..., None]:
-        def wrapped_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            init(self, *args, **kwargs)
-            try:
-                if first not in self._middlewares:
-                    self._middlewares.insert(0, first)
-            except Exception:  # aiohttp changed: it serves unrecorded
-                pass
-
-        return wrapped_init
-
-    patch(application, "__init__", make_init)
+    if not inspect.iscoroutinefunction(getattr(application, "_handle", None)):
+        raise RuntimeError("aiohttp's web.Application._handle is not a coroutine function: this aiohttp is unknown")
+    spans = _ServerSpans(timeline)
+    patch(application, "_handle", lambda handle: _recording(spans, handle))

@@ -74,6 +74,16 @@ class Scope:
         self._start_ns = _now()
         return self
 
+    @property
+    def label(self) -> object:
+        """The span's label: settable until it exits (a name known only once the span began: a server's route)."""
+        return self._what[1]
+
+    @label.setter
+    def label(self, label: object) -> None:
+        recording, _, args = self._what
+        self._what = (recording, label, args)
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
@@ -134,7 +144,14 @@ class _PyRecorder:
         copied again, as a call with ``**args`` would); a trace-aware scope's plain one (``trace_context.py``)."""
         if type(args) is not dict and args is not None:
             raise TypeError(f"_scope_of() takes its args as a dict or None, got {type(args).__name__}")
-        return self.scope(label, **(args or {}))  # (a copy here: the C recorder's is what saves it)
+        if _get_running_loop() is not None:
+            recording = self._task_recording()
+        else:
+            try:
+                recording = self._tls.recording
+            except AttributeError:
+                recording = self._thread_recording()
+        return _new_scope(recording, label, args or None)
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""

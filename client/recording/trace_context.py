@@ -174,7 +174,7 @@ class TraceScope:
     ``new_trace_scope`` makes one without calling ``__init__`` (a call into a Python-level ``__init__`` is a good part
     of the cost of a span); the two set the same state."""
 
-    __slots__ = ("_outer", "_scope", "_token", "_what", "context")
+    __slots__ = ("_args", "_outer", "_scope", "_token", "_what", "context")
 
     def __init__(
         self,
@@ -188,14 +188,16 @@ class TraceScope:
         self._what = (make_scope, label, kind, headers, args)
         self._scope: Any = None
         self._token: Any = None
+        #: The args of the open entry's plain scope (``relabel`` adds to them).
+        self._args: dict[str, Any] | None = None
         #: What an entry still open holds while the same scope is entered again inside it (a stack).
-        self._outer: list[tuple[Any, Any, SpanContext | None]] | None = None
+        self._outer: list[tuple[Any, Any, SpanContext | None, dict[str, Any] | None]] | None = None
         self.context: SpanContext | None = None
 
     def __enter__(self) -> TraceScope:
         make_scope, label, kind, headers, args = self._what
         if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
-            self._outer = [*(self._outer or ()), (self._token, self._scope, self.context)]
+            self._outer = [*(self._outer or ()), (self._token, self._scope, self.context, self._args)]
         # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
         # looked for here: most programs have none, and a call is a good part of a span's cost).
         otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
@@ -222,9 +224,21 @@ class TraceScope:
         self._token = _ACTIVE.set(_new(_Active, (context, otel_span)))
         if kind in _OUTGOING and headers is not None:
             inject(headers, context)
+        self._args = args
         scope = self._scope = make_scope(label, args)
         scope.__enter__()
         return self
+
+    def relabel(self, label: object, /, **args: Any) -> None:
+        """Name the span ``label`` and add ``args`` to its args, from now until it exits (and for any later entry):
+        for a name known only once the span began, as a server's route is, matched inside the framework."""
+        make_scope, _, kind, headers, given = self._what
+        self._what = (make_scope, label, kind, headers, {**given, **args} if args else given)
+        scope = self._scope
+        if scope is not None:
+            scope.label = label
+            if args:
+                self._args.update(args)  # type: ignore[union-attr]  # (entered: set with the scope)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -238,7 +252,7 @@ class TraceScope:
         except (ValueError, RuntimeError):  # exited in another context (another task, a generator finalised elsewhere)
             _ended_elsewhere(self.context, self._token)
         if self._outer:  # the entry this one was nested in is open again
-            self._token, self._scope, self.context = self._outer.pop()
+            self._token, self._scope, self.context, self._args = self._outer.pop()
         scope.__exit__(exc_type, exc, tb)
 
 
@@ -248,7 +262,7 @@ def new_trace_scope(
     """``TraceScope(make_scope, label, kind, headers, args)`` without the call to ``__init__``."""
     scope: TraceScope = _new_object(TraceScope)
     scope._what = (make_scope, label, kind, headers, args)
-    scope._scope = scope._token = scope._outer = scope.context = None
+    scope._scope = scope._token = scope._args = scope._outer = scope.context = None
     return scope
 
 

@@ -112,6 +112,30 @@ scope_dealloc(Scope *self)
     Py_DECREF(type);
 }
 
+/* The span's label: settable until it exits (a server's route, say, known only once the span began). */
+static PyObject *
+scope_get_label(Scope *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->label != NULL ? self->label : Py_None);
+}
+
+static int
+scope_set_label(Scope *self, PyObject *label, void *Py_UNUSED(closure))
+{
+    if (label == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a scope's label cannot be deleted");
+        return -1;
+    }
+    Py_XSETREF(self->label, Py_NewRef(label));
+    return 0;
+}
+
+static PyGetSetDef scope_getset[] = {
+    {"label", (getter)scope_get_label, (setter)scope_set_label,
+     "The span's label: settable until it exits (a name known only once the span began).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef scope_methods[] = {
     {"__enter__", (PyCFunction)scope_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
@@ -124,6 +148,7 @@ static PyType_Slot scope_slots[] = {
     {Py_tp_traverse, scope_traverse},
     {Py_tp_clear, scope_clear},
     {Py_tp_methods, scope_methods},
+    {Py_tp_getset, scope_getset},
     {0, NULL},
 };
 
@@ -152,6 +177,29 @@ null_scope_exit(PyObject *Py_UNUSED(self), PyObject *const *Py_UNUSED(args), Py_
     Py_RETURN_FALSE; /* keeps nothing: loses nothing, and lets any exception go on */
 }
 
+/* Its label is None, and one set is let go of: it records nothing. */
+static PyObject *
+null_scope_get_label(PyObject *Py_UNUSED(self), void *Py_UNUSED(closure))
+{
+    Py_RETURN_NONE;
+}
+
+static int
+null_scope_set_label(PyObject *Py_UNUSED(self), PyObject *label, void *Py_UNUSED(closure))
+{
+    if (label == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a scope's label cannot be deleted");
+        return -1;
+    }
+    return 0;
+}
+
+static PyGetSetDef null_scope_getset[] = {
+    {"label", null_scope_get_label, null_scope_set_label, "None: it records nothing (a label set is let go of).",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef null_scope_enter_def = {"__enter__", (PyCFunction)null_scope_enter, METH_NOARGS, NULL};
 static PyMethodDef null_scope_exit_def = {"__exit__", (PyCFunction)(void (*)(void))null_scope_exit, METH_FASTCALL,
                                           NULL};
@@ -177,6 +225,7 @@ static PyType_Slot null_scope_slots[] = {
     {Py_tp_doc, "What scope() returns when it keeps nothing: a context manager that records nothing."},
     {Py_tp_dealloc, null_scope_dealloc},
     {Py_tp_traverse, null_scope_traverse},
+    {Py_tp_getset, null_scope_getset},
     {0, NULL},
 };
 

@@ -38,7 +38,7 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         requests_client.install(tl)  # again: still one wrapper
         patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession.__init__,
                    urllib.request.AbstractHTTPHandler.do_open, uvicorn.Config.load, wsgiref.handlers.BaseHandler.run,
-                   werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__,
+                   werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application._handle,
                    gunicorn.workers.base.Worker.load_wsgi, gunicorn.workers.gasgi.ASGIWorker.load_wsgi,
                    hypercorn.app_wrappers.ASGIWrapper.__init__, waitress.server.BaseWSGIServer.__init__]
         print(json.dumps({
@@ -52,7 +52,7 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         """
     )
     assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True] and got["private"] == [False]
-    assert got["names"] == ["send", "send", "send", "__init__", "do_open", "load", "run", "__init__", "__init__",
+    assert got["names"] == ["send", "send", "send", "__init__", "do_open", "load", "run", "__init__", "_handle",
                             "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
     # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
     # imported, and each other server's patch waited for its own import.

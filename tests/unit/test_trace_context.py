@@ -242,6 +242,35 @@ def test_a_trace_scope_entered_again_inside_itself_leaves_no_current_span_behind
     assert inner_args["parent_span_id"] == outer_args["span_id"]
 
 
+def test_a_span_relabelled_is_recorded_under_its_new_label_with_the_args_added() -> None:
+    """A name known only once the span began (a server's route): ``relabel`` before it is entered, while it is open,
+    and in an entry nested in another of the same span, which keeps its own; a plain scope's ``label`` likewise, and
+    one set after it exits changes nothing recorded."""
+    listener = MemoryListener()
+    tl = Timeline("trace", [listener])
+    early = tl.server_span("/items/7", {}, route="/items/7")
+    early.relabel("GET /items/{id}", route="/items/{id}")
+    with early:
+        pass
+    with tl.server_span("/items/8", {}, route="/items/8", response={}) as late:
+        late.relabel("GET /items/{id}", route="/items/{id}", response={"status": 200})
+    span = tl.trace_scope("outer")
+    with span, span:
+        span.relabel("inner")
+    with tl.scope("plain") as plain:
+        assert plain.label == "plain"
+        plain.label = "renamed"
+    plain.label = "after"
+    tl.close()
+    assert [event.name for event in listener.events] == ["GET /items/{id}"] * 2 + ["inner", "outer", "renamed"]
+    early_args, late_args, inner_args, outer_args, plain_args = (event.args for event in listener.events)
+    assert early_args["route"] == "/items/{id}" and early_args["kind"] == "server"
+    assert late_args["route"] == "/items/{id}" and late_args["response"] == {"status": 200}
+    assert inner_args["parent_span_id"] == outer_args["span_id"] and plain_args is None
+    with Timeline("nothing listens").scope("kept nowhere") as nowhere:
+        nowhere.label = "still nowhere"  # (set, and let go of: it keeps nothing)
+
+
 def test_threads_and_asyncio_tasks_each_have_their_own_current_span() -> None:
     tl = Timeline("trace")
     seen: dict[str, Any] = {}

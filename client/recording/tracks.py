@@ -180,15 +180,21 @@ class Tracks:
         return created
 
     def lane_for(self, task: Task[Any], label: str | None, room: int, wake_at: int) -> TrackBuffer:
-        """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
-        The buffer the done task before it left takes a switch to ``task`` where it has ``room`` (values) for the
-        switch and an event; else it is left to the drain and the lane gets a new one (each holds what its bound
-        allows, and the drain takes them in turn, in order): a scope ``task`` opens holds its buffer, and what it ends
-        there must be ``task``'s, in a buffer the drain keeps. A switch added where the buffer holds ``wake_at``
-        values wakes the flusher, as an event added there would."""
+        """The buffer of ``task``'s lane of this thread's (``take_lane``)."""
+        return cast("TrackBuffer", self.take_lane(task, label, room, wake_at).buffer)
+
+    def take_lane(self, task: Task[Any], label: str | None, room: int, wake_at: int) -> Lane[TrackBuffer]:
+        """``task``'s lane of this thread's, its buffer ``task``'s: the lane it has, else the first free one, else a
+        new one. The buffer the done task before it left takes a switch to ``task`` where it has ``room`` (values)
+        for the switch and an event; else it is left to the drain and the lane gets a new one (each holds what its
+        bound allows, and the drain takes them in turn, in order): a scope ``task`` opens holds its buffer, and what
+        it ends there must be ``task``'s, in a buffer the drain keeps. A switch added where the buffer holds
+        ``wake_at`` values wakes the flusher, as an event added there would."""
         self.taking_lane = True
         try:
-            return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, room, wake_at, True)
+            lane = self._lane(task, self.thread_buffer(label).track)
+            self._take_lane(lane, task, room, wake_at, True)
+            return lane
         finally:
             self.taking_lane = False
 

@@ -118,7 +118,10 @@ task_events(RecorderCore *self, PyObject *loop)
     }
     else {
         Py_INCREF(task); /* (asyncio's table may let it go while Python code runs) */
-        events = PyObject_CallMethodOneArg((PyObject *)self, self->state->str_lane_events, task);
+        events = first_lane_events(self, task, loop);
+        if (events == NULL && !PyErr_Occurred()) { /* not the case first_lane.c takes: the Python path */
+            events = PyObject_CallMethodOneArg((PyObject *)self, self->state->str_lane_events, task);
+        }
         Py_DECREF(task);
     }
     return events == NULL ? NULL : checked_events(events);

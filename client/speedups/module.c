@@ -104,6 +104,9 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_recording);
     Py_CLEAR(state->str_extend);
     Py_CLEAR(state->empty_name);
+    for (int i = 0; i < LANE_NAMES; i++) {
+        Py_CLEAR(state->lane_names[i]);
+    }
     return 0;
 }
 
@@ -199,6 +202,17 @@ module_exec(PyObject *module)
     if (!state->str_thread || !state->str_track || !state->str_clock || !state->str_cpu || !state->str_stack ||
         !state->str_recording || !state->str_extend || !state->empty_name || !state->str_intern_walk) {
         return -1;
+    }
+    {
+        static const char *const lane_names[LANE_NAMES] = {
+            [LANE_LOCK] = "_lock",   [LANE_TRACKS] = "_tracks", [LANE_TAKING] = "taking_lane",
+            [LANE_TASK] = "task",    [LANE_BUFFER] = "buffer",  [LANE_LOOP] = "loop",
+            [LANE_HAD] = "had",      [LANE_OWNER] = "owner",    [LANE_DONE] = "done",
+            [LANE_ACQUIRE] = "acquire", [LANE_RELEASE] = "release",
+        };
+        for (int i = 0; i < LANE_NAMES; i++) {
+            if ((state->lane_names[i] = PyUnicode_InternFromString(lane_names[i])) == NULL) return -1;
+        }
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */
     return add_wire_constants(module);

@@ -32,7 +32,7 @@ What it does, and why it is safe to do it this way:
 - The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
   takes Keywords from there at its import.
 
-The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
+The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new task's lane taken in C), running_loop.c (the running asyncio loop, configure()),
 recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), records.c (compact records), samples.c (the
 sampler's pass over the threads), module.c (the module). */
 
@@ -56,6 +56,22 @@ sampler's pass over the threads), module.c (the module). */
 #include "wire_constants.h"
 #include "keywords.h"
 #include "tsc_clock.h"
+
+/* The names first_lane.c reads on the Python side's objects, interned once (module.c). */
+typedef enum {
+    LANE_LOCK,        /* the timeline's _lock */
+    LANE_TRACKS,      /* ...its _tracks */
+    LANE_TAKING,      /* Tracks.taking_lane */
+    LANE_TASK,        /* Lane.task */
+    LANE_BUFFER,      /* Lane.buffer */
+    LANE_LOOP,        /* Lane.loop */
+    LANE_HAD,         /* Lane.had (and Had.on: str_on) */
+    LANE_OWNER,       /* TrackBuffer.owner */
+    LANE_DONE,        /* Task.done */
+    LANE_ACQUIRE,     /* the lock's acquire... */
+    LANE_RELEASE,     /* ...and release */
+    LANE_NAMES
+} LaneName;
 
 /* The recorder's clock (recorder_clock.c): CLOCK_MONOTONIC ns, read from the TSC where use_tsc is set, by the line
    through the last anchor at the rate measured between two earlier ones. */
@@ -97,6 +113,7 @@ typedef struct {
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name,
         *str_intern_walk;
+    PyObject *lane_names[LANE_NAMES]; /* first_lane.c: the attribute and method names it reads (see LaneName) */
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
@@ -179,6 +196,9 @@ typedef struct {
     Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
     Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
     PyObject *task_buffers;  /* each recording task's track buffer (Tracks.task_buffers, set by the Python side) */
+    uint64_t lane_thread;    /* PyThreadState_GetID of the thread whose first lane is hinted; 0: none (first_lane.c) */
+    PyObject *lane;          /* that lane (lanes.Lane, index 0), or NULL */
+    PyObject *task_switch;   /* tracks.TASK_SWITCH, given with the hint */
     char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
                                 return at once */
 } RecorderCore;
@@ -209,6 +229,10 @@ void segment_taken(PyObject *segment);
 PyObject *now_ns_object(ModuleState *state);
 int append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit);
 PyObject *current_events(RecorderCore *self);
+
+/* first_lane.c */
+PyObject *first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop);
+PyObject *core_hint_lane(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs);
 int count_unrecorded(Py_ssize_t *counter);
 PyObject *unrecorded(RecorderCore *self);
 int wake_flusher(RecorderCore *self);

@@ -101,6 +101,45 @@ def test_a_lane_holds_its_bound_of_one_event_tasks_though_each_switch_takes_a_pl
     timeline.close()
 
 
+def test_each_new_task_takes_the_first_free_lane_whichever_lane_the_task_before_it_took() -> None:
+    """The lane a server's next request takes (the first, its task before done: the C recorder takes it in C) and
+    the cases it must leave to the full look: the first lane's task still running, a drain between two tasks, a
+    thread whose last new task took another lane than the first. The same lanes under either recorder."""
+    listener = MemoryListener()
+    timeline = Timeline("lanes", [listener])
+
+    async def request(name: str, hold: asyncio.Event | None = None) -> None:
+        with timeline.scope(name):
+            if hold is not None:
+                await hold.wait()
+
+    async def serve() -> None:
+        for name in ("a", "b"):
+            await asyncio.create_task(request(name))
+        hold = asyncio.Event()
+        held = asyncio.create_task(request("held", hold))  # the first lane's, still running while ...
+        await asyncio.sleep(0)
+        await asyncio.create_task(request("beside"))  # ... this one takes the second
+        await asyncio.create_task(request("after"))  # the second again: its task is done, the first's is not
+        hold.set()
+        await held
+        await asyncio.create_task(request("first again"))  # the first: free again, and first
+        assert timeline.flush(timeout_s=30)  # a drain between two tasks: the buffer it took is gone
+        await asyncio.create_task(request("drained"))
+        await asyncio.create_task(request("last"))
+
+    asyncio.run(serve())
+    assert timeline.flush(timeout_s=30)
+    timeline.close()
+    lanes = {e.name: e.track.name for e in listener.events}
+    first, second = lanes["a"], lanes["beside"]
+    assert first != second and first.endswith("tasks [1]") and second.endswith("tasks [2]")
+    assert [lanes[name] for name in ("a", "b", "held", "first again", "drained", "last")] == [first] * 6
+    assert lanes["after"] == second and listener.dropped_events == 0
+    tasks = {e.name: e.args["task"] for e in listener.events}
+    assert len(set(tasks.values())) == len(tasks)  # each span named after its own task
+
+
 def test_a_collection_recorded_while_a_task_takes_its_lane_makes_no_second_lane() -> None:
     listener = MemoryListener()
     timeline = Timeline("collected", [listener])

@@ -233,7 +233,9 @@ class TraceScope:
         """Name the span ``label`` and add ``args`` to its args, from now until it exits (and for any later entry):
         for a name known only once the span began, as a server's route is, matched inside the framework."""
         make_scope, _, kind, headers, given = self._what
-        self._what = (make_scope, label, kind, headers, {**given, **args} if args else given)
+        self._what = (make_scope, label, kind, headers, given)
+        if args:
+            given.update(args)  # (the dict made for this span: each entry's scope has a copy, made as it is entered)
         scope = self._scope
         if scope is not None:
             scope.label = label

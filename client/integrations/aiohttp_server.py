@@ -66,7 +66,6 @@ class _ServerSpans:
         ends."""
         response: dict[str, Any] = {}
         try:
-            label, route = self._label(request)
             if exc is None:
                 response["status"] = getattr(result, "status", None)
             else:
@@ -77,6 +76,7 @@ class _ServerSpans:
                     exc = None
                 else:
                     response["error"] = error_text(exc)
+            label, route = self._label(request)
             span.relabel(label, route=route, response=response)
         except Exception:  # (a request's odd state: the span ends as it began)
             pass
@@ -87,11 +87,11 @@ class _ServerSpans:
 
     def _label(self, request: Any) -> tuple[str, str]:
         """The label and the route of ``request``, matched to a route (its resource's canonical path; the path when
-        none matched)."""
+        none matched, or matching it raised)."""
         method = request.method
         try:
             route_object = request.match_info.route
-        except AttributeError:  # (no route: resolving it failed)
+        except Exception:  # (no route: resolving it raised, an HTTPException or another; aiohttp asserts it is set)
             route_object = None
         found = self._named.get((method, route_object))
         if found is not None:

@@ -91,20 +91,25 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
     PyObject **names = self->state->lane_names, *lane = self->lane, *lock, *got, *events, *released;
     PyObject *type, *value, *traceback;
     Py_ssize_t held = -1;
-    if (lane == NULL || self->lane_thread != PyThreadState_GetID(PyThreadState_Get()) || self->task_switch == NULL ||
-        self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
+    /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lane.) */
+    if (lane == NULL || !self->cache_threads || self->lane_thread != PyThreadState_GetID(PyThreadState_Get()) ||
+        self->task_switch == NULL || self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
         return NULL;
     }
-    if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) goto not_taken;
+    Py_INCREF(lane); /* (held from here: Python code the lock runs may replace the hint and let it go) */
+    if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) {
+        Py_DECREF(lane);
+        goto not_taken;
+    }
     got = PyObject_CallMethodOneArg(lock, names[LANE_ACQUIRE], Py_False); /* (without waiting: a lock held elsewhere
                                                                               is the Python path's to wait for) */
     if (got != Py_True) {
         Py_XDECREF(got);
         Py_DECREF(lock);
+        Py_DECREF(lane);
         goto not_taken;
     }
     Py_DECREF(got);
-    Py_INCREF(lane); /* (held across the attributes' reads: a hint replaced meanwhile leaves it to us) */
     events = take_first_lane(self, lane, task, loop, &held);
     Py_DECREF(lane);
     PyErr_Fetch(&type, &value, &traceback); /* (released whatever happened) */

@@ -301,6 +301,57 @@ def test_aiohttps_http_exceptions_are_answers_and_another_exceptions_status_is_n
     assert set(servers["/upstream"]["response"]) == {"error"}  # (its text: what str() of it gives, if anything)
 
 
+def test_an_aiohttp_request_whose_route_matching_raises_is_labelled_by_its_path_with_its_answer() -> None:
+    # aiohttp matches the route inside what the span is recorded around: matching that raises an HTTPException is
+    # aiohttp's answer (403 here, no error), another exception an error (500); both spans named by method and path.
+    got = run(
+        """
+        import urllib.error, urllib.request
+        from aiohttp import web
+
+        class Raising(web.DynamicResource):
+            async def resolve(self, request):
+                if request.path == "/forbid":
+                    raise web.HTTPForbidden()
+                raise RuntimeError("matching broke")
+
+        async def main():
+            async def never(request):
+                return web.Response(text="never")
+            app = web.Application()
+            resource = Raising("/{anything}")
+            app.router.register_resource(resource)
+            resource.add_route("GET", never)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            def status(path):
+                try:
+                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+            got = [await asyncio.to_thread(status, path) for path in ("/forbid", "/boom")]
+            await runner.cleanup()
+            return got
+
+        statuses = asyncio.run(main())
+        print(json.dumps({"statuses": statuses, "spans": spans()}))
+        """
+    )
+    assert got["statuses"] == [403, 500]
+    servers = {s["path"]: s for s in got["spans"] if s["kind"] == "server"}
+    forbid, boom = servers["/forbid"], servers["/boom"]
+    assert (forbid["name"], forbid["route"], forbid["response"]) == ("GET /forbid", "/forbid", {"status": 403})
+    assert "exception" not in forbid
+    assert (boom["name"], boom["exception"], boom["response"]) == (
+        "GET /boom",
+        "RuntimeError",
+        {"error": "matching broke"},
+    )
+
+
 def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_transport_is_traced() -> None:
     got = run(
         """

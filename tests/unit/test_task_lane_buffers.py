@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import subprocess
+import sys
 import threading
 import weakref
 from collections import Counter
@@ -138,6 +141,45 @@ def test_each_new_task_takes_the_first_free_lane_whichever_lane_the_task_before_
     assert lanes["after"] == second and listener.dropped_events == 0
     tasks = {e.name: e.args["task"] for e in listener.events}
     assert len(set(tasks.values())) == len(tasks)  # each span named after its own task
+
+
+GREEN_THREADS_SHARING_A_LOOP = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import asyncio, gevent, json, threading
+from ringtrace.client import MemoryListener, Timeline
+
+listener = MemoryListener()
+timeline = Timeline("green", [listener])
+loop = asyncio.new_event_loop()
+
+async def request(name):
+    with timeline.scope(name):
+        await asyncio.sleep(0)
+
+def serve(name):  # each greenlet a thread of its own to the program (threading.current_thread())
+    loop.run_until_complete(loop.create_task(request(name)))
+
+for name in ("a", "b", "c"):
+    gevent.spawn(serve, name).join()
+assert timeline.flush(timeout_s=30)
+print(json.dumps({e.name: e.track.name for e in listener.events}))
+"""
+
+
+def test_greenlets_sharing_an_os_thread_take_lanes_of_their_own_threads() -> None:
+    """Under gevent the green threads share one thread state: the lane a task takes is its green thread's, as the
+    Python path finds it, never the lane of the green thread before it (which the thread state would not tell)."""
+    pytest.importorskip("gevent")
+    done = subprocess.run(
+        [sys.executable, "-c", GREEN_THREADS_SHARING_A_LOOP], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lanes = json.loads(done.stdout)
+    assert sorted(lanes) == ["a", "b", "c"] and len(set(lanes.values())) == 3
+    assert all(name.endswith("tasks [1]") for name in lanes.values())  # each green thread's own first lane
 
 
 def test_a_collection_recorded_while_a_task_takes_its_lane_makes_no_second_lane() -> None:

@@ -36,6 +36,7 @@ TWINNED = frozenset(
         "ringtrace.client.recording.recorder",
         "ringtrace.client.recording.timeline_listeners",
         "ringtrace.client.recording.timelines",
+        "ringtrace.client.recording.trace_context",
         "ringtrace.client.recording.traced",
         "ringtrace.client.recording.tracks",
         "ringtrace.client.sampling.thread_pass",

@@ -30,6 +30,10 @@ static PyMethodDef module_methods[] = {
     {"run_passes", (PyCFunction)(void (*)(void))run_passes, METH_FASTCALL,
      "run_passes(interval_ns, stopping, counts, flusher, take_args, task_names, forget_ended): the sampler's loop "
      "(sampling/thread_pass.py), until stopping[0] is set."},
+    {"configure_spans", (PyCFunction)(void (*)(void))configure_spans, METH_FASTCALL,
+     "configure_spans(SpanContext, _Active, _ACTIVE, getrandbits): what begin_span() needs from trace_context.py."},
+    {"begin_span", (PyCFunction)(void (*)(void))begin_span, METH_FASTCALL,
+     "begin_span(parent, args, kind, otel_span): (context, args, token), as trace_context._begin_span returns them."},
     {"walk_stack", walk_stack, METH_O,
      "walk_stack(ident): the stack of the thread ident as the sampler reads it, (key, codes) (StackInterner."
      "intern_walk's arguments), or None (no Python frame, or no such thread)."},
@@ -57,6 +61,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
     Py_VISIT(state->instant_kind);
+    Py_VISIT(state->span_context_type);
+    Py_VISIT(state->active_type);
+    Py_VISIT(state->active_var);
+    Py_VISIT(state->random_bits);
     return 0;
 }
 
@@ -107,6 +115,16 @@ module_clear(PyObject *module)
     for (int i = 0; i < LANE_NAMES; i++) {
         Py_CLEAR(state->lane_names[i]);
     }
+    Py_CLEAR(state->span_context_type);
+    Py_CLEAR(state->active_type);
+    Py_CLEAR(state->active_var);
+    Py_CLEAR(state->random_bits);
+    Py_CLEAR(state->str_trace_id);
+    Py_CLEAR(state->str_span_id);
+    Py_CLEAR(state->str_parent_span_id);
+    Py_CLEAR(state->str_kind);
+    Py_CLEAR(state->int_64);
+    Py_CLEAR(state->int_sampled);
     return 0;
 }
 
@@ -213,6 +231,16 @@ module_exec(PyObject *module)
         for (int i = 0; i < LANE_NAMES; i++) {
             if ((state->lane_names[i] = PyUnicode_InternFromString(lane_names[i])) == NULL) return -1;
         }
+    }
+    state->str_trace_id = PyUnicode_InternFromString("trace_id");
+    state->str_span_id = PyUnicode_InternFromString("span_id");
+    state->str_parent_span_id = PyUnicode_InternFromString("parent_span_id");
+    state->str_kind = PyUnicode_InternFromString("kind");
+    state->int_64 = PyLong_FromLong(64);
+    state->int_sampled = PyLong_FromLong(1);
+    if (!state->str_trace_id || !state->str_span_id || !state->str_parent_span_id || !state->str_kind ||
+        !state->int_64 || !state->int_sampled) {
+        return -1;
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */
     return add_wire_constants(module);

@@ -32,7 +32,7 @@ What it does, and why it is safe to do it this way:
 - The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
   takes Keywords from there at its import.
 
-The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new task's lane taken in C), running_loop.c (the running asyncio loop, configure()),
+The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new task's lane taken in C), span_begin.c (a span of a trace begun), running_loop.c (the running asyncio loop, configure()),
 recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), records.c (compact records), samples.c (the
 sampler's pass over the threads), module.c (the module). */
 
@@ -114,6 +114,10 @@ typedef struct {
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name,
         *str_intern_walk;
     PyObject *lane_names[LANE_NAMES]; /* first_lane.c: the attribute and method names it reads (see LaneName) */
+    /* span_begin.c, from configure_spans(): traceparent.SpanContext, trace_context._Active and _ACTIVE, Python's
+       random.getrandbits; the args' keys, and 64 (the bits a draw takes) */
+    PyObject *span_context_type, *active_type, *active_var, *random_bits;
+    PyObject *str_trace_id, *str_span_id, *str_parent_span_id, *str_kind, *int_64, *int_sampled;
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
@@ -229,14 +233,14 @@ void segment_taken(PyObject *segment);
 PyObject *now_ns_object(ModuleState *state);
 int append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit);
 PyObject *current_events(RecorderCore *self);
-
-/* first_lane.c */
-PyObject *first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop);
-PyObject *core_hint_lane(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs);
 int count_unrecorded(Py_ssize_t *counter);
 PyObject *unrecorded(RecorderCore *self);
 int wake_flusher(RecorderCore *self);
 PyObject *record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *stamp, PyObject *args);
+
+/* first_lane.c */
+PyObject *first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop);
+PyObject *core_hint_lane(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* recorder_clock.c */
 PyObject *module_clock_ns(PyObject *module, PyObject *Py_UNUSED(ignored));
@@ -247,6 +251,10 @@ PyObject *module_clock_offset(PyObject *module, PyObject *Py_UNUSED(ignored));
 PyObject *running_loop(ModuleState *state);
 PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
+
+/* span_begin.c */
+PyObject *configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* scope.c */
 PyObject *with_exception(ModuleState *state, PyObject *args, PyObject *exc_type);

@@ -1,0 +1,158 @@
+/* A span of a trace begun, once its parent is known (trace_context.TraceScope.__enter__): its ids drawn, its args
+   with them, and it made the current span. The pure-Python twin is trace_context._begin_span; this is the same in one
+   call, which a server's every request makes (the Python one is a good part of the server span's cost). */
+
+#include "speedups.h"
+
+/* configure_spans(SpanContext, _Active, _ACTIVE, getrandbits, SAMPLED), once, at trace_context's import. */
+PyObject *
+configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) ||
+        !PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type) ||
+        !PyContextVar_CheckExact(args[2]) || !PyLong_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "configure_spans(SpanContext, _Active, _ACTIVE, getrandbits, SAMPLED): two "
+                                         "tuple types, a ContextVar, a function and an int");
+        return NULL;
+    }
+    Py_XSETREF(state->span_context_type, Py_NewRef(args[0]));
+    Py_XSETREF(state->active_type, Py_NewRef(args[1]));
+    Py_XSETREF(state->active_var, Py_NewRef(args[2]));
+    Py_XSETREF(state->random_bits, Py_NewRef(args[3]));
+    Py_XSETREF(state->int_sampled, Py_NewRef(args[4]));
+    Py_RETURN_NONE;
+}
+
+/* 64 random bits, from Python's random.getrandbits (which a forked child seeds anew); -1 with an exception set. */
+static int
+draw(ModuleState *state, uint64_t *bits)
+{
+    PyObject *drawn = PyObject_CallOneArg(state->random_bits, state->int_64);
+    if (drawn == NULL) return -1;
+    *bits = PyLong_AsUnsignedLongLong(drawn);
+    Py_DECREF(drawn);
+    return *bits == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* `count` 64-bit words as lowercase hex, 16 digits each, the first word first; NULL with an exception set. */
+static PyObject *
+hex_of(const uint64_t *words, int count)
+{
+    static const char digits[] = "0123456789abcdef";
+    PyObject *text = PyUnicode_New(16 * count, 127);
+    Py_UCS1 *out;
+    if (text == NULL) return NULL;
+    out = PyUnicode_1BYTE_DATA(text);
+    for (int w = 0; w < count; w++) {
+        for (int i = 0; i < 16; i++) {
+            out[16 * w + i] = (Py_UCS1)digits[(words[w] >> (60 - 4 * i)) & 15];
+        }
+    }
+    return text;
+}
+
+/* An instance of the tuple subclass `type` holding `items` (stolen, all or none given: NULL ones mean failure, the
+   others released); NULL with an exception set. */
+static PyObject *
+tuple_of(PyObject *type, PyObject **items, Py_ssize_t count)
+{
+    PyObject *tuple = NULL;
+    Py_ssize_t i;
+    for (i = 0; i < count; i++) {
+        if (items[i] == NULL) goto fail;
+    }
+    tuple = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, count);
+    if (tuple == NULL) goto fail;
+    for (i = 0; i < count; i++) {
+        PyTuple_SET_ITEM(tuple, i, items[i]);
+    }
+    return tuple;
+fail:
+    for (i = 0; i < count; i++) {
+        Py_XDECREF(items[i]);
+    }
+    return NULL;
+}
+
+/* The new span's SpanContext: a child of `parent` (a SpanContext), or the first span of a new trace (parent None);
+   ids never all zero, as the specification asks. NULL with an exception set. */
+static PyObject *
+new_context(ModuleState *state, PyObject *parent)
+{
+    uint64_t words[3] = {0, 0, 0};
+    PyObject *items[4];
+    if (parent == Py_None) {
+        while (words[0] == 0 && words[1] == 0) {
+            if (draw(state, &words[0]) < 0 || draw(state, &words[1]) < 0) return NULL;
+        }
+    }
+    while (words[2] == 0) {
+        if (draw(state, &words[2]) < 0) return NULL;
+    }
+    if (parent == Py_None) {
+        items[0] = hex_of(words, 2);
+        items[2] = Py_NewRef(state->int_sampled);
+        items[3] = Py_NewRef(state->empty_name);
+    }
+    else {
+        items[0] = Py_NewRef(PyTuple_GET_ITEM(parent, 0));
+        items[2] = Py_NewRef(PyTuple_GET_ITEM(parent, 2));
+        items[3] = Py_NewRef(PyTuple_GET_ITEM(parent, 3));
+    }
+    items[1] = hex_of(&words[2], 1);
+    return tuple_of(state->span_context_type, items, 4);
+}
+
+/* begin_span(parent, args, kind, otel_span): the span's SpanContext (a child of parent, or a new trace's first), a
+   copy of args with its ids and kind, and the token of _ACTIVE set to _Active(context, otel_span): (context, args,
+   token). */
+PyObject *
+begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    PyObject *parent, *given, *context, *with_ids = NULL, *active, *token, *result, *items[2];
+    if (state->span_context_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "begin_span() before configure_spans()");
+        return NULL;
+    }
+    if (nargs != 4 || !PyDict_Check(args[1]) ||
+        (args[0] != Py_None && !Py_IS_TYPE(args[0], (PyTypeObject *)state->span_context_type)) ||
+        (args[0] != Py_None && PyTuple_GET_SIZE(args[0]) != 4)) {
+        PyErr_SetString(PyExc_TypeError, "begin_span(parent, args, kind, otel_span): a SpanContext or None, a dict, "
+                                         "the kind and OpenTelemetry's span or None");
+        return NULL;
+    }
+    parent = args[0];
+    given = args[1];
+    if ((context = new_context(state, parent)) == NULL) return NULL;
+    /* {**args, trace_id, span_id[, parent_span_id], kind}, in that order */
+    if ((with_ids = PyDict_Copy(given)) == NULL ||
+        PyDict_SetItem(with_ids, state->str_trace_id, PyTuple_GET_ITEM(context, 0)) < 0 ||
+        PyDict_SetItem(with_ids, state->str_span_id, PyTuple_GET_ITEM(context, 1)) < 0 ||
+        (parent != Py_None && PyDict_SetItem(with_ids, state->str_parent_span_id, PyTuple_GET_ITEM(parent, 1)) < 0) ||
+        PyDict_SetItem(with_ids, state->str_kind, args[2]) < 0) {
+        goto fail;
+    }
+    items[0] = Py_NewRef(context);
+    items[1] = Py_NewRef(args[3]);
+    if ((active = tuple_of(state->active_type, items, 2)) == NULL) goto fail;
+    token = PyContextVar_Set(state->active_var, active);
+    Py_DECREF(active);
+    if (token == NULL) goto fail;
+    result = PyTuple_Pack(3, context, with_ids, token);
+    if (result == NULL) { /* (no one to reset it: the span is not the current one after all) */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyContextVar_Reset(state->active_var, token) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    Py_DECREF(token);
+    Py_DECREF(context);
+    Py_DECREF(with_ids);
+    return result;
+fail:
+    Py_DECREF(context);
+    Py_XDECREF(with_ids);
+    return NULL;
+}

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER, Drained
 from ringtrace.client.recording import gates
+from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.drain import Run, events_in, events_taken, lane_parents, take_events
 from ringtrace.client.recording.gates import MessageGates
 from ringtrace.client.recording.incident_calls import record_incident
@@ -300,10 +301,10 @@ class Timeline(Recorder):
             with self._lock:
                 calls = self._tracks.call_tracks(runs, self._track_label) if runs else []
                 buffers = list(self._tracks.buffers)
-            ended = take_events(buffers, taken)[1]
-            ended_tracks = []
-            if ended:  # (the C recorder's cache may hold a forgotten buffer: under gevent greenlets share a thread)
-                self._forget_recorders()
+            ended, ended_tracks = take_events(buffers, taken)[1], []
+            if ended:  # (the C recorder's caches may hold a thread's buffer: gevent's greenlets share a thread state)
+                if not all(is_task(buffer.owner) for buffer in ended):  # (a task's leaves them be: see first_lane.c)
+                    self._forget_recorders()
                 with self._lock:
                     ended_tracks = self._tracks.forget(ended)
             return Drained(lane_parents(buffers, calls + taken) + calls + taken, ended_tracks, dropped)

@@ -10,7 +10,8 @@
    the Python path, and so is the first lane's first task: the Python side hints the lane (_hint_lane) once it took it.
 
    Everything is read afresh under the timeline's lock, taken without waiting (held elsewhere: the Python path waits
-   for it): the hint is only which lane to look at. */
+   for it): the hint is only which lane to look at. It is let go of as the recorders are reset, and as a drain forgets
+   a thread's buffer; not as it forgets a task's, which a server's requests leave at every drain. */
 
 #include "speedups.h"
 

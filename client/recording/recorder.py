@@ -39,6 +39,7 @@ from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import NO_LOOP, current_task, when_asyncio
 from ringtrace.client.recording.events import Event
+from ringtrace.client.recording.lanes import FIRST_FIT
 from ringtrace.client.recording.tracks import NOWHERE, TASK_SWITCH, Recording, Sink, Tracks
 from ringtrace.wire.model import INSTANT, SPAN
 
@@ -256,9 +257,9 @@ class _PyRecorder:
     def _cache_threads(self, enabled: bool) -> None:
         """Nothing cached beyond ``_tls`` here."""
 
-    def _hint_lane(self, lane: object, task_switch: object, /) -> None:
-        """The C recorder takes the running thread's first lane, ``lane``, for its next new task itself where it
-        can (``speedups/first_lane.c``); here every new task takes the Python path, to the same lane."""
+    def _hint_lanes(self, lanes: object, task_switch: object, first_fit: int, /) -> None:
+        """The C recorder takes the first free of the running thread's ``lanes`` for its next new task itself where
+        it can (``speedups/first_lane.c``); here every new task takes the Python path, to the same lane."""
 
     def _take_unrecorded(self) -> int:
         """Events the C recorder could not record (a failed allocation, a full buffer); here one raises, and
@@ -373,8 +374,8 @@ class Recorder(_RecorderBase):
             if tracks.taking_lane:  # (a collection recording while this thread takes a lane: see Tracks.taking_lane)
                 return tracks.thread_buffer(self._track_label).events
             lane = tracks.take_lane(task, self._track_label, self._max_buffered_values, self._wake_buffered_values)
-            if lane.index == 0:  # (the lane a server's next request takes, its request before done)
-                self._hint_lane(lane, TASK_SWITCH)
+            if lane.index < FIRST_FIT:  # (where a server's next request looks, its request before done)
+                self._hint_lanes(tracks.thread_lanes(lane), TASK_SWITCH, FIRST_FIT)
             return lane.buffer.events  # type: ignore[union-attr]  # (taken: it has a buffer)
 
     def _events(self) -> list[Any] | None:

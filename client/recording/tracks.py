@@ -183,6 +183,10 @@ class Tracks:
         """The buffer of ``task``'s lane of this thread's (``take_lane``)."""
         return cast("TrackBuffer", self.take_lane(task, label, room, wake_at).buffer)
 
+    def thread_lanes(self, lane: Lane[TrackBuffer]) -> list[Lane[TrackBuffer]]:
+        """The lanes of ``lane``'s thread, in order (a list that grows as the thread's tasks take new lanes)."""
+        return self._lanes[lane.track.parent].lanes
+
     def take_lane(self, task: Task[Any], label: str | None, room: int, wake_at: int) -> Lane[TrackBuffer]:
         """``task``'s lane of this thread's, its buffer ``task``'s: the lane it has, else the first free one, else a
         new one. The buffer the done task before it left takes a switch to ``task`` where it has ``room`` (values)

@@ -1,17 +1,19 @@
-/* A new asyncio task's lane, taken in C in the case a server meets on every request: the task before it on its thread
-   is done, and the thread's first lane is free for it.
+/* A new asyncio task's lane, taken in C in the case a server meets on every request: the first free lane of its
+   thread is one whose task (the request before) is done.
 
    A task's first event takes a lane of its thread (tracks.py, lanes.py): in Python, about 2 us, each time. aiohttp
    serves each request in a task of its own, one after another on a keep-alive connection: the lane each takes is the
-   thread's first, whose task (the request before) is done. Here that case is taken as Tracks._take_lane and Lane.take
-   take it, with the same result: the slow path would look at the first lane first, find its task done, and give it
-   the next task, its buffer noting the switch (a TASK_SWITCH record). Anything else (another lane, a buffer without
-   room, a task still running there, tasks remembered for traced calls, the timeline's lock held elsewhere) is left to
-   the Python path, and so is the first lane's first task: the Python side hints the lane (_hint_lane) once it took it.
+   first whose task is done (the first lane, or the second where a long-lived task, the client's or one that logs,
+   holds the first). Here that case is taken as ThreadLanes.free_lane, Tracks._take_lane and Lane.take take it, with
+   the same result: the lanes looked at in order, the first whose task is done given the next task, its buffer noting
+   the switch (a TASK_SWITCH record). Anything else (a free lane with no task, a lane past the first FIRST_FIT, a
+   buffer without room, a lane of another loop, tasks remembered for traced calls, the timeline's lock held elsewhere)
+   is left to the Python path, and so is a thread's first task: the Python side hints the thread's lanes
+   (_hint_lanes) once a task took one of them.
 
    Everything is read afresh under the timeline's lock, taken without waiting (held elsewhere: the Python path waits
-   for it): the hint is only which lane to look at. It is let go of as the recorders are reset, and as a drain forgets
-   a thread's buffer; not as it forgets a task's, which a server's requests leave at every drain. */
+   for it): the hint is only which lanes to look at. It is let go of as the recorders are reset, and as a drain
+   forgets a thread's buffer; not as it forgets a task's, which a server's requests leave at every drain. */
 
 #include "speedups.h"
 
@@ -25,26 +27,51 @@ attribute_is(PyObject *object, PyObject *name, PyObject *expected)
     return value == expected;
 }
 
-/* The lane's buffer list, taken for `task` (a new reference), when the case above holds, with the values it held
-   before the switch in `*held`; else NULL, with no exception set when the case does not hold (what could not be read
-   here, the Python path reads again, and counts). Under the lock. */
+/* The first of `lanes` (up to first_fit) whose task is done, a new reference; NULL with no exception set where the
+   Python path must look (a lane with no task or with `task`, one of another loop, an odd task), or with one. */
 static PyObject *
-take_first_lane(RecorderCore *self, PyObject *lane, PyObject *task, PyObject *loop, Py_ssize_t *held_values)
+first_done_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *loop, PyObject **held_task)
+{
+    PyObject **names = self->state->lane_names, *lane, *held, *done;
+    Py_ssize_t i;
+    int holds;
+    for (i = 0; i < PyList_GET_SIZE(lanes) && i < self->first_fit; i++) { /* (the list may grow meanwhile: not here) */
+        lane = Py_NewRef(PyList_GET_ITEM(lanes, i));
+        held = PyObject_GetAttr(lane, names[LANE_TASK]);
+        if (held == NULL) goto not_found;
+        if (held == Py_None || held == task || Py_TYPE(held) != Py_TYPE(task)) goto not_found; /* (free: Python's) */
+        if ((done = PyObject_CallMethodNoArgs(held, names[LANE_DONE])) == NULL) goto not_found;
+        Py_DECREF(done);
+        if ((holds = attribute_is(lane, names[LANE_LOOP], loop)) <= 0) goto not_found; /* (a closed loop's: Python's) */
+        if (done == Py_True) {
+            *held_task = held;
+            return lane;
+        }
+        Py_DECREF(held);
+        Py_DECREF(lane);
+    }
+    return NULL;
+not_found:
+    Py_XDECREF(held);
+    Py_DECREF(lane);
+    return NULL;
+}
+
+/* The buffer list of the first free lane of `lanes`, taken for `task` (a new reference), when the case above holds,
+   with the values it held before the switch in `*held`; else NULL, with no exception set when the case does not
+   hold (what could not be read here, the Python path reads again, and counts). Under the lock. */
+static PyObject *
+take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *loop, Py_ssize_t *held_values)
 {
     ModuleState *state = self->state;
-    PyObject **names = state->lane_names, *tracks, *held = NULL, *buffer = NULL, *had, *events = NULL, *done;
+    PyObject **names = state->lane_names, *tracks, *lane = NULL, *held = NULL, *buffer = NULL, *had, *events = NULL;
     PyObject *values[RECORD_FIELDS];
     int holds;
     if ((tracks = PyObject_GetAttr((PyObject *)self, names[LANE_TRACKS])) == NULL) goto not_taken;
     holds = attribute_is(tracks, names[LANE_TAKING], Py_False); /* (a collection recording while it takes one) */
     Py_DECREF(tracks);
     if (holds <= 0) goto not_taken;
-    if ((held = PyObject_GetAttr(lane, names[LANE_TASK])) == NULL) goto not_taken;
-    if (held == Py_None || held == task || Py_TYPE(held) != Py_TYPE(task)) goto not_taken;
-    if ((done = PyObject_CallMethodNoArgs(held, names[LANE_DONE])) == NULL) goto not_taken;
-    Py_DECREF(done);
-    if (done != Py_True) goto not_taken;
-    if ((holds = attribute_is(lane, names[LANE_LOOP], loop)) <= 0) goto not_taken;
+    if ((lane = first_done_lane(self, lanes, task, loop, &held)) == NULL) goto not_taken;
     if ((had = PyObject_GetAttr(lane, names[LANE_HAD])) == NULL) goto not_taken;
     holds = attribute_is(had, state->str_on, Py_False); /* (remembered for traced calls: Lane.take does more) */
     Py_DECREF(had);
@@ -70,6 +97,7 @@ take_first_lane(RecorderCore *self, PyObject *lane, PyObject *task, PyObject *lo
         goto failed;
     }
     Py_DECREF(buffer);
+    Py_DECREF(lane);
     Py_DECREF(held); /* (last: its release may run Python code, the lane whole by then) */
     return events;
 not_taken:
@@ -80,26 +108,27 @@ not_taken:
 failed:
     Py_XDECREF(events);
     Py_XDECREF(buffer);
+    Py_XDECREF(lane);
     Py_XDECREF(held);
     return NULL;
 }
 
-/* The buffer list of the lane `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
+/* The buffer list of the lanes `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
    case above holds; NULL with no exception set when it does not (the Python path takes the task), or with one. */
 PyObject *
 first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
 {
-    PyObject **names = self->state->lane_names, *lane = self->lane, *lock, *got, *events, *released;
+    PyObject **names = self->state->lane_names, *lanes = self->lanes, *lock, *got, *events, *released;
     PyObject *type, *value, *traceback;
     Py_ssize_t held = -1;
-    /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lane.) */
-    if (lane == NULL || !self->cache_threads || self->lane_thread != PyThreadState_GetID(PyThreadState_Get()) ||
+    /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lanes.) */
+    if (lanes == NULL || !PyList_CheckExact(lanes) || !self->cache_threads || self->lanes_thread != PyThreadState_GetID(PyThreadState_Get()) ||
         self->task_switch == NULL || self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
         return NULL;
     }
-    Py_INCREF(lane); /* (held from here: Python code the lock runs may replace the hint and let it go) */
+    Py_INCREF(lanes); /* (held from here: Python code the lock runs may replace the hint and let it go) */
     if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) {
-        Py_DECREF(lane);
+        Py_DECREF(lanes);
         goto not_taken;
     }
     got = PyObject_CallMethodOneArg(lock, names[LANE_ACQUIRE], Py_False); /* (without waiting: a lock held elsewhere
@@ -107,12 +136,12 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
     if (got != Py_True) {
         Py_XDECREF(got);
         Py_DECREF(lock);
-        Py_DECREF(lane);
+        Py_DECREF(lanes);
         goto not_taken;
     }
     Py_DECREF(got);
-    events = take_first_lane(self, lane, task, loop, &held);
-    Py_DECREF(lane);
+    events = take_first_lane(self, lanes, task, loop, &held);
+    Py_DECREF(lanes);
     PyErr_Fetch(&type, &value, &traceback); /* (released whatever happened) */
     released = PyObject_CallMethodNoArgs(lock, names[LANE_RELEASE]);
     Py_DECREF(lock);
@@ -135,20 +164,23 @@ not_taken:
     return NULL;
 }
 
-/* Timeline._hint_lane(lane, task_switch): the running thread's first lane (see above), or None for none. */
+/* Timeline._hint_lanes(lanes, task_switch, first_fit): the running thread's lanes (lanes.ThreadLanes.lanes, a list),
+   or None for none; tracks.TASK_SWITCH; lanes.FIRST_FIT. */
 PyObject *
-core_hint_lane(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs)
+core_hint_lanes(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *old_lane = self->lane, *old_switch = self->task_switch;
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "_hint_lane() takes two positional arguments, the lane and TASK_SWITCH (%zd given)",
-                     nargs);
+    PyObject *old_lanes = self->lanes, *old_switch = self->task_switch;
+    Py_ssize_t first_fit;
+    if (nargs != 3 || (args[0] != Py_None && !PyList_CheckExact(args[0]))) {
+        PyErr_SetString(PyExc_TypeError, "_hint_lanes(lanes, task_switch, first_fit): a list or None, TASK_SWITCH and an int");
         return NULL;
     }
-    self->lane = args[0] == Py_None ? NULL : Py_NewRef(args[0]);
-    self->lane_thread = args[0] == Py_None ? 0 : PyThreadState_GetID(PyThreadState_Get());
+    if ((first_fit = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) return NULL;
+    self->lanes = args[0] == Py_None ? NULL : Py_NewRef(args[0]);
+    self->lanes_thread = args[0] == Py_None ? 0 : PyThreadState_GetID(PyThreadState_Get());
     self->task_switch = Py_NewRef(args[1]);
-    Py_XDECREF(old_lane);
+    self->first_fit = first_fit;
+    Py_XDECREF(old_lanes);
     Py_XDECREF(old_switch);
     Py_RETURN_NONE;
 }

@@ -203,8 +203,8 @@ core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
 {
     self->generation++;
     self->cached_thread = 0;
-    self->lane_thread = 0;
-    Py_CLEAR(self->lane);
+    self->lanes_thread = 0;
+    Py_CLEAR(self->lanes);
     Py_CLEAR(self->cached_events);
     Py_CLEAR(self->cached_records);
     Py_RETURN_NONE;
@@ -259,7 +259,7 @@ core_traverse(RecorderCore *self, visitproc visit, void *arg)
     Py_VISIT(self->cached_events);
     Py_VISIT(self->task_buffers);
     Py_VISIT(self->last_label);
-    Py_VISIT(self->lane);
+    Py_VISIT(self->lanes);
     Py_VISIT(self->task_switch);
     return 0;
 }
@@ -274,8 +274,8 @@ core_clear(RecorderCore *self)
     Py_CLEAR(self->spare);
     Py_CLEAR(self->last_label);
     Py_CLEAR(self->task_buffers);
-    self->lane_thread = 0;
-    Py_CLEAR(self->lane);
+    self->lanes_thread = 0;
+    Py_CLEAR(self->lanes);
     Py_CLEAR(self->task_switch);
     return 0;
 }
@@ -309,9 +309,9 @@ static PyMethodDef core_methods[] = {
      "Drop the cached buffer: the Python side changed what threads record into."},
     {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
      "Whether to cache the buffer of the last thread that recorded (not while threads share a thread state)."},
-    {"_hint_lane", (PyCFunction)(void (*)(void))core_hint_lane, METH_FASTCALL,
-     "_hint_lane(lane, task_switch, /)\n--\n\nThe running thread's first lane (lanes.Lane, index 0), which its next new "
-     "task may take in C (first_lane.c); None: none."},
+    {"_hint_lanes", (PyCFunction)(void (*)(void))core_hint_lanes, METH_FASTCALL,
+     "_hint_lanes(lanes, task_switch, first_fit, /)\n--\n\nThe running thread's lanes (lanes.ThreadLanes.lanes), the "
+     "first free of which its next new task may take in C (first_lane.c); None: none."},
     {"_take_unrecorded", (PyCFunction)core_take_unrecorded, METH_NOARGS,
      "Events lost for want of memory or of room in their buffer since the last call."},
     {NULL, NULL, 0, NULL},

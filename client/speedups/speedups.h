@@ -200,9 +200,10 @@ typedef struct {
     Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
     Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
     PyObject *task_buffers;  /* each recording task's track buffer (Tracks.task_buffers, set by the Python side) */
-    uint64_t lane_thread;    /* PyThreadState_GetID of the thread whose first lane is hinted; 0: none (first_lane.c) */
-    PyObject *lane;          /* that lane (lanes.Lane, index 0), or NULL */
+    uint64_t lanes_thread;   /* PyThreadState_GetID of the thread whose lanes are hinted; 0: none (first_lane.c) */
+    PyObject *lanes;         /* those lanes (lanes.ThreadLanes.lanes, a list), or NULL */
     PyObject *task_switch;   /* tracks.TASK_SWITCH, given with the hint */
+    Py_ssize_t first_fit;    /* lanes.FIRST_FIT, given with the hint: the lanes looked at in order */
     char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
                                 return at once */
 } RecorderCore;
@@ -240,7 +241,7 @@ PyObject *record_instant(RecorderCore *self, PyObject *kind, PyObject *label, Py
 
 /* first_lane.c */
 PyObject *first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop);
-PyObject *core_hint_lane(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_hint_lanes(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* recorder_clock.c */
 PyObject *module_clock_ns(PyObject *module, PyObject *Py_UNUSED(ignored));

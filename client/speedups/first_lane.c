@@ -42,6 +42,7 @@ first_done_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *l
         if (held == Py_None || held == task || Py_TYPE(held) != Py_TYPE(task)) goto not_found; /* (free: Python's) */
         if ((done = PyObject_CallMethodNoArgs(held, names[LANE_DONE])) == NULL) goto not_found;
         Py_DECREF(done);
+        if (done != Py_True && done != Py_False) goto not_found; /* (an odd task's truth: the Python path's to judge) */
         if ((holds = attribute_is(lane, names[LANE_LOOP], loop)) <= 0) goto not_found; /* (a closed loop's: Python's) */
         if (done == Py_True) {
             *held_task = held;

@@ -53,20 +53,25 @@ hex_of(const uint64_t *words, int count)
 }
 
 /* An instance of the tuple subclass `type` holding `items` (stolen, all or none given: NULL ones mean failure, the
-   others released); NULL with an exception set. */
+   others released), made as tuple.__new__(type, items) makes it (tuple's own constructor: on 3.14 it also sets the
+   tuple's cached hash); NULL with an exception set. */
 static PyObject *
 tuple_of(PyObject *type, PyObject **items, Py_ssize_t count)
 {
-    PyObject *tuple = NULL;
+    PyObject *plain = NULL, *args, *tuple;
     Py_ssize_t i;
     for (i = 0; i < count; i++) {
         if (items[i] == NULL) goto fail;
     }
-    tuple = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, count);
-    if (tuple == NULL) goto fail;
+    if ((plain = PyTuple_New(count)) == NULL) goto fail;
     for (i = 0; i < count; i++) {
-        PyTuple_SET_ITEM(tuple, i, items[i]);
+        PyTuple_SET_ITEM(plain, i, items[i]);
     }
+    args = PyTuple_Pack(1, plain);
+    Py_DECREF(plain);
+    if (args == NULL) return NULL;
+    tuple = PyTuple_Type.tp_new((PyTypeObject *)type, args, NULL);
+    Py_DECREF(args);
     return tuple;
 fail:
     for (i = 0; i < count; i++) {
@@ -76,31 +81,33 @@ fail:
 }
 
 /* The new span's SpanContext: a child of `parent` (a SpanContext), or the first span of a new trace (parent None);
-   ids never all zero, as the specification asks. NULL with an exception set. */
+   ids never all zero, as the specification asks. The bits are those traceparent.new_root and child_of take from
+   the same generator: getrandbits(192) is three draws of 64, the first the lowest (the span id), the last the
+   highest; a child's span id one draw. NULL with an exception set. */
 static PyObject *
 new_context(ModuleState *state, PyObject *parent)
 {
-    uint64_t words[3] = {0, 0, 0};
+    uint64_t words[3] = {0, 0, 0}, trace[2];
     PyObject *items[4];
     if (parent == Py_None) {
-        while (words[0] == 0 && words[1] == 0) {
-            if (draw(state, &words[0]) < 0 || draw(state, &words[1]) < 0) return NULL;
-        }
-    }
-    while (words[2] == 0) {
-        if (draw(state, &words[2]) < 0) return NULL;
-    }
-    if (parent == Py_None) {
-        items[0] = hex_of(words, 2);
+        do { /* (all drawn again when either id is all zeros, as new_root does) */
+            if (draw(state, &words[0]) < 0 || draw(state, &words[1]) < 0 || draw(state, &words[2]) < 0) return NULL;
+        } while (words[0] == 0 || (words[1] == 0 && words[2] == 0));
+        trace[0] = words[2];
+        trace[1] = words[1];
+        items[0] = hex_of(trace, 2);
         items[2] = Py_NewRef(state->int_sampled);
         items[3] = Py_NewRef(state->empty_name);
     }
     else {
+        while (words[0] == 0) {
+            if (draw(state, &words[0]) < 0) return NULL;
+        }
         items[0] = Py_NewRef(PyTuple_GET_ITEM(parent, 0));
         items[2] = Py_NewRef(PyTuple_GET_ITEM(parent, 2));
         items[3] = Py_NewRef(PyTuple_GET_ITEM(parent, 3));
     }
-    items[1] = hex_of(&words[2], 1);
+    items[1] = hex_of(&words[0], 1);
     return tuple_of(state->span_context_type, items, 4);
 }
 

@@ -63,6 +63,22 @@ def test_both_twins_begin_the_same_span(args: dict[str, Any], kind: str, child: 
         assert c[:2] == (1, "") and "parent_span_id" not in dict(c[2])
 
 
+@pytest.mark.parametrize("child", [False, True])
+def test_from_the_same_generator_state_both_twins_draw_the_same_ids(child: bool) -> None:
+    parent = PARENT if child else None
+    state = random.getstate()
+    try:
+        made = []
+        for begin in TWINS:
+            random.seed(5)
+            context, with_ids, token = begin(parent, {"x": 1}, "server", None)
+            trace_context._ACTIVE.reset(token)
+            made.append((context, list(with_ids.items()), hash(context)))
+    finally:
+        random.setstate(state)
+    assert made[0] == made[1]
+
+
 def test_ids_are_fresh_on_each_call_and_in_a_forked_child() -> None:
     assert speedups is not None
     ids = set()

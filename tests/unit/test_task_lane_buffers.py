@@ -143,6 +143,33 @@ def test_each_new_task_takes_the_first_free_lane_whichever_lane_the_task_before_
     assert len(set(tasks.values())) == len(tasks)  # each span named after its own task
 
 
+def test_a_task_whose_done_is_truthy_but_not_true_frees_its_lane_as_python_reads_it() -> None:
+    """A task class whose ``done()`` answers 1, not True: its lane is free once it is done (``if held.done()``), the
+    first free for the next task, whichever recorder looks."""
+    listener = MemoryListener()
+    timeline = Timeline("truthy", [listener])
+
+    class Answering(asyncio.Task):  # type: ignore[type-arg]
+        def done(self) -> bool:
+            return int(super().done()) if self.get_name().startswith("odd") else super().done()  # type: ignore[return-value]
+
+    async def request(name: str) -> None:
+        with timeline.scope(name):
+            await asyncio.sleep(0)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(lambda loop, coro, **kw: Answering(coro, loop=loop, **kw))  # type: ignore[arg-type]
+        await asyncio.gather(loop.create_task(request("a"), name="odd-a"), loop.create_task(request("b"), name="b"))
+        await loop.create_task(request("c"), name="c")
+
+    asyncio.run(serve())
+    assert timeline.flush(timeout_s=30)
+    timeline.close()
+    lanes = {e.name: e.track.name for e in listener.events}
+    assert lanes["c"] == lanes["a"] != lanes["b"] and lanes["a"].endswith("tasks [1]")
+
+
 GREEN_THREADS_SHARING_A_LOOP = """
 from gevent import monkey
 

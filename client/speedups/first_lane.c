@@ -114,7 +114,7 @@ failed:
     return NULL;
 }
 
-/* The buffer list of the lanes `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
+/* The buffer list of the lane `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
    case above holds; NULL with no exception set when it does not (the Python path takes the task), or with one. */
 PyObject *
 first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
@@ -123,8 +123,9 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
     PyObject *type, *value, *traceback;
     Py_ssize_t held = -1;
     /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lanes.) */
-    if (lanes == NULL || !PyList_CheckExact(lanes) || !self->cache_threads || self->lanes_thread != PyThreadState_GetID(PyThreadState_Get()) ||
-        self->task_switch == NULL || self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
+    if (lanes == NULL || !PyList_CheckExact(lanes) || !self->cache_threads ||
+        self->lanes_thread != PyThreadState_GetID(PyThreadState_Get()) || self->task_switch == NULL ||
+        self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
         return NULL;
     }
     Py_INCREF(lanes); /* (held from here: Python code the lock runs may replace the hint and let it go) */
@@ -173,7 +174,8 @@ core_hint_lanes(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *old_lanes = self->lanes, *old_switch = self->task_switch;
     Py_ssize_t first_fit;
     if (nargs != 3 || (args[0] != Py_None && !PyList_CheckExact(args[0]))) {
-        PyErr_SetString(PyExc_TypeError, "_hint_lanes(lanes, task_switch, first_fit): a list or None, TASK_SWITCH and an int");
+        PyErr_SetString(PyExc_TypeError,
+                        "_hint_lanes(lanes, task_switch, first_fit): a list or None, TASK_SWITCH and an int");
         return NULL;
     }
     if ((first_fit = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) return NULL;

@@ -32,9 +32,10 @@ What it does, and why it is safe to do it this way:
 - The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
   takes Keywords from there at its import.
 
-The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new task's lane taken in C), span_begin.c (a span of a trace begun), running_loop.c (the running asyncio loop, configure()),
-recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), records.c (compact records), samples.c (the
-sampler's pass over the threads), module.c (the module). */
+The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new
+task's lane taken in C), span_begin.c (a span of a trace begun), running_loop.c (the running asyncio loop,
+configure()), recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer),
+records.c (compact records), samples.c (the sampler's pass over the threads), module.c (the module). */
 
 #ifndef RINGTRACE_SPEEDUPS_H
 #define RINGTRACE_SPEEDUPS_H

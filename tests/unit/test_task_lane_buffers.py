@@ -171,15 +171,22 @@ def test_a_task_whose_done_is_truthy_but_not_true_frees_its_lane_as_python_reads
 
 
 GREEN_THREADS_SHARING_A_LOOP = """
+import sys
+from ringtrace.client import MemoryListener, Timeline
+
+if sys.argv[1] == "before":  # the timeline made before gevent patches threading
+    listener = MemoryListener()
+    timeline = Timeline("green", [listener])
+
 from gevent import monkey
 
 monkey.patch_all()
 
 import asyncio, gevent, json, threading
-from ringtrace.client import MemoryListener, Timeline
 
-listener = MemoryListener()
-timeline = Timeline("green", [listener])
+if sys.argv[1] == "after":
+    listener = MemoryListener()
+    timeline = Timeline("green", [listener])
 loop = asyncio.new_event_loop()
 
 async def request(name):
@@ -196,12 +203,14 @@ print(json.dumps({e.name: e.track.name for e in listener.events}))
 """
 
 
-def test_greenlets_sharing_an_os_thread_take_lanes_of_their_own_threads() -> None:
+@pytest.mark.parametrize("timeline_made", ["after", "before"])
+def test_greenlets_sharing_an_os_thread_take_lanes_of_their_own_threads(timeline_made: str) -> None:
     """Under gevent the green threads share one thread state: the lane a task takes is its green thread's, as the
-    Python path finds it, never the lane of the green thread before it (which the thread state would not tell)."""
+    Python path finds it, never the lane of the green thread before it (which the thread state would not tell);
+    also where the timeline was made before gevent patched threading."""
     pytest.importorskip("gevent")
     done = subprocess.run(
-        [sys.executable, "-c", GREEN_THREADS_SHARING_A_LOOP], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", GREEN_THREADS_SHARING_A_LOOP, timeline_made], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lanes = json.loads(done.stdout)

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER, Drained
 from ringtrace.client.recording import gates
-from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.drain import Run, events_in, events_taken, lane_parents, take_events
 from ringtrace.client.recording.gates import MessageGates
 from ringtrace.client.recording.incident_calls import record_incident
@@ -40,7 +39,7 @@ from ringtrace.client.recording.timeline_listeners import (
     subscribe_priority,
 )
 from ringtrace.client.recording.trace_context import TraceScope, new_trace_scope
-from ringtrace.client.recording.tracks import NOT_RECORDING, EndedThread, TrackBuffer
+from ringtrace.client.recording.tracks import NOT_RECORDING, EndedThread, TrackBuffer, only_tasks_own
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.message_format import PRIORITIES, priority_level
@@ -303,7 +302,7 @@ class Timeline(Recorder):
                 buffers = list(self._tracks.buffers)
             ended, ended_tracks = take_events(buffers, taken)[1], []
             if ended:  # (the C recorder's caches may hold a thread's buffer: gevent's greenlets share a thread state)
-                if not all(is_task(buffer.owner) for buffer in ended):  # (a task's leaves them be: see first_lane.c)
+                if not only_tasks_own(ended):  # (a task's leaves them be: see first_lane.c)
                     self._forget_recorders()
                 with self._lock:
                     ended_tracks = self._tracks.forget(ended)

@@ -11,12 +11,13 @@ and reads the frames of a thread that ran only.
 The walk: the twin walks frame objects (``StackInterner.intern``); the C pass reads the frames without making frame
 objects on 3.11 (``speedups/stack_walk.c``, then ``StackInterner.intern_walk``), where making one of another thread's
 frame can run a garbage collection whose finalisers let that thread run on and free the frame being read (a segfault
-in ``PyFrame_GetBack``). The twin keeps that hazard on 3.11: it runs where the accelerator is not built, or with
-``RINGTRACE_PURE_PYTHON=1``.
+in ``PyFrame_GetBack``). The twin, which runs where the accelerator is not built or with ``RINGTRACE_PURE_PYTHON=1``,
+holds collections off during a pass on 3.11 instead (``_HOLD_OFF_COLLECTIONS``).
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -58,6 +59,15 @@ def _cpu_of(clock: int | None, _read: Any = time.clock_gettime_ns) -> int | None
         return None
 
 
+#: On 3.11 a pass holds the garbage collector's automatic collections off. ``sys._current_frames()`` makes frame
+#: objects while it holds the interpreter's lock on its thread list, and a collection set off there that frees a
+#: ``threading.local`` takes that lock again (``local_clear``): the process hung for good (met in a test run; a script
+#: with ``gc.set_threshold(1)`` hangs each time). A collection set off by the walk of another thread's frame objects
+#: could run finalisers that let that thread free the frame being read. 3.12 and 3.13 do neither. (A program that
+#: turns collections off in another thread during the microseconds of a pass has them turned on again after it.)
+_HOLD_OFF_COLLECTIONS: Final = sys.version_info < (3, 12)
+
+
 def take_samples_in_python(
     threads: dict[int, SampledThread],
     active: dict[int, threading.Thread],
@@ -76,34 +86,41 @@ def take_samples_in_python(
     one's ident), ``sampled_of`` meets a thread for the first time, ``interner`` walks a stack (``intern``, of the
     thread's frame object; the C twin reads the frames itself and calls ``intern_walk``), and ``wake`` wakes the
     flusher (a buffer half full)."""
-    frames = sys._current_frames()
-    taken = 0
-    for ident, frame in frames.items():
-        sampled = threads.get(ident)
-        if sampled is None or active.get(ident) is not sampled.thread:
-            if ident == own:
+    held_off = _HOLD_OFF_COLLECTIONS and gc.isenabled()
+    if held_off:  # (see _HOLD_OFF_COLLECTIONS)
+        gc.disable()
+    try:
+        frames = sys._current_frames()
+        taken = 0
+        for ident, frame in frames.items():
+            sampled = threads.get(ident)
+            if sampled is None or active.get(ident) is not sampled.thread:
+                if ident == own:
+                    continue
+                sampled = sampled_of(ident, active.get(ident))
+                if sampled is None:
+                    continue
+            track = sampled.track
+            if track is None:
                 continue
-            sampled = sampled_of(ident, active.get(ident))
-            if sampled is None:
-                continue
-        track = sampled.track
-        if track is None:
-            continue
-        # A thread that used no CPU since its last sample ran no code: the same stack, without the walk.
-        cpu = _cpu_of(sampled.clock)
-        if cpu is None or cpu != sampled.cpu:
-            sampled.stack, sampled.cpu = interner.intern(frame), cpu  # (the clock read before the walk)
-        # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
-        sink, limit, wake_at, count_full = track._recording
-        held = len(sink)
-        if held < limit:
-            sink.extend((kind, tasks.get(ident, "") if tasks else "", now, now, sampled.stack))
-            if held == wake_at:
-                wake()
-        else:
-            count_full()
-        taken += 1
-    return taken, len(frames)  # (the frames go here: they keep their threads' locals alive)
+            # A thread that used no CPU since its last sample ran no code: the same stack, without the walk.
+            cpu = _cpu_of(sampled.clock)
+            if cpu is None or cpu != sampled.cpu:
+                sampled.stack, sampled.cpu = interner.intern(frame), cpu  # (the clock read before the walk)
+            # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
+            sink, limit, wake_at, count_full = track._recording
+            held = len(sink)
+            if held < limit:
+                sink.extend((kind, tasks.get(ident, "") if tasks else "", now, now, sampled.stack))
+                if held == wake_at:
+                    wake()
+            else:
+                count_full()
+            taken += 1
+        return taken, len(frames)  # (the frames go here: they keep their threads' locals alive)
+    finally:
+        if held_off:
+            gc.enable()
 
 
 def run_passes_in_python(

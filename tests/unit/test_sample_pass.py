@@ -4,6 +4,8 @@ counted, and the loop's stop, exit and counts."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from array import array
 from collections.abc import Callable, Iterator
@@ -213,3 +215,37 @@ def test_the_loop_raises_what_a_pass_raises(twin: str) -> None:
     broken = _take_args(broken_sampled_of)
     with _threads(1), pytest.raises(RuntimeError, match="broken"):
         LOOPS[twin](1_000_000, bytearray(1), array("q", [0, 0, 0]), SimpleNamespace(exiting=False), broken, dict, int)
+
+
+COLLECTIONS_DURING_PASSES = """
+import gc, sys, threading
+from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client.sampling.sampler import Sampler
+from ringtrace.client.sampling import sampler as sampler_module
+from ringtrace.client.sampling.thread_pass import take_samples_in_python
+
+sampler_module.take_samples = take_samples_in_python  # the pure-Python pass, whatever is built
+timeline = Timeline("collected", [MemoryListener()])
+sampler = Sampler(timeline, 100)
+
+class Holder:
+    pass
+
+gc.set_threshold(1)  # a collection at each allocation of a tracked object: inside the pass's own, too
+for _ in range(300):
+    holder = Holder()
+    holder.local, holder.itself = threading.local(), holder  # garbage only a collection frees, a threading.local
+    holder.local.value = 1
+    del holder
+    sampler.sample_once()
+assert gc.isenabled()
+print("done", sampler.samples)
+"""
+
+
+def test_passes_that_collections_would_interrupt_neither_hang_nor_leave_collections_off() -> None:
+    # On 3.11, a collection set off inside sys._current_frames() that frees a threading.local hung the process for
+    # good (the pure-Python pass: CPython's lock on its thread list taken twice). A pass holds collections off there.
+    done = subprocess.run([sys.executable, "-c", COLLECTIONS_DURING_PASSES], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("done ")

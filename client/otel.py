@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
-from ringtrace.client.recording.tracks import Record, Recording
+from ringtrace.client.recording.tracks import Record, Recording, thread_alive
 from ringtrace.wire.model import INSTANT, SPAN
 
 __all__ = ["MAX_OPEN_SPANS", "SpanProcessor"]
@@ -95,7 +95,7 @@ class SpanProcessor:
         if isinstance(owner, Task):
             ended = owner.done() or owner.get_loop().is_closed()
         else:  # (the main thread does not say it is alive at exit)
-            ended = owner is not threading.current_thread() and not owner.is_alive()
+            ended = owner is not threading.current_thread() and not thread_alive(owner)
         if ended:  # its track is gone, or a lane that another task may have taken since: none to draw the span on
             self._timeline._refuse("an OpenTelemetry span that ended after the task or thread that started it")
             return

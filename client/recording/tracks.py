@@ -51,6 +51,7 @@ __all__ = [
     "Tracks",
     "only_tasks_own",
     "switches_in",
+    "thread_alive",
 ]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
@@ -118,7 +119,7 @@ class TrackBuffer:
             return not owner.done() and not owner.get_loop().is_closed()
         if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
             return owner() is not None
-        return owner.is_alive()  # type: ignore[union-attr]  # a thread, or a task let go of (LetGo)
+        return thread_alive(owner)  # a thread, or a task let go of (LetGo)
 
 
 class Tracks:
@@ -172,7 +173,7 @@ class Tracks:
                 and isinstance(owner, threading.Thread | EndedThread)
                 and owner.ident == thread.ident
                 and owner.native_id == thread.native_id
-                and not owner.is_alive()
+                and not thread_alive(owner)
             ):
                 return buffer
         track = TrackInfo(new_track_id(), THREAD_TRACK, thread_track_name(thread, label), thread.native_id or 0)
@@ -425,6 +426,15 @@ class EndedThread:
         self.native_id = native_id
 
     def is_alive(self) -> bool:
+        return False
+
+
+def thread_alive(thread: Any) -> bool:
+    """``thread.is_alive()``; False where it raises: on 3.13 a dummy thread (one ``threading`` did not start: a
+    greenlet's under gevent, a C library's) raises once it is done, and the drain asked that of it at every pass."""
+    try:
+        return bool(thread.is_alive())
+    except RuntimeError:
         return False
 
 

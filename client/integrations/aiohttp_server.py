@@ -12,7 +12,7 @@ or a middleware given explicitly under a recorded application, records no second
 Why around ``_handle`` and not a middleware put first: an application with no middleware of its own skips aiohttp's
 middleware chain, and a middleware costs each request about 12,000 instructions more than a wrapper of ``_handle``
 (``benchmarks/bench_instructions.py --variants none,noop``). aiohttp matches the route inside ``_handle``, so the span
-begins named by its path and is labelled with its route as it ends (``TraceScope.relabel``).
+begins named by its path and is labelled with its route as it ends (a scope's ``label`` set as it ends).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
-from ringtrace.client.recording.trace_context import TraceScope, new_trace_scope
+from ringtrace.client.recording.trace_context import OpenSpan, close_span, open_span
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -49,23 +49,25 @@ class _ServerSpans:
         self._named: dict[tuple[str, object], tuple[str, str]] = {}
         self._scope_of = timeline._scope_of  # (what ``Timeline.server_span`` makes its span with: one call less)
 
-    def begin(self, request: Any) -> TraceScope | None:
-        """``request``'s span, entered and named by its path until ``end`` (its route is matched after it begins);
+    def begin(self, request: Any) -> OpenSpan | None:
+        """``request``'s span, begun and named by its path until ``end`` (its route is matched after it begins);
         None for a request that cannot be read (served unrecorded)."""
         try:
             path = request.path
+            headers = request.headers
             args = {"method": request.method, "path": path, "route": path, "response": {}}
-            span = new_trace_scope(self._scope_of, path, "server", request.headers, args)
-            span.__enter__()
+            if headers.get("traceparent") is None:  # (aiohttp's headers, looked up in any case: no caller's span)
+                headers = None
+            return open_span(self._scope_of, path, "server", headers, args)
         except Exception:
             return None
-        return span
 
-    def end(self, span: TraceScope, request: Any, result: Any, exc: BaseException | None) -> None:
+    def end(self, span: OpenSpan, request: Any, result: Any, exc: BaseException | None) -> None:
         """The request was answered with ``result``, or raised ``exc``: the span is labelled with its route and
         ends."""
-        response: dict[str, Any] = {}
+        scope, args, token, context = span
         try:
+            response = args["response"]
             if exc is None:
                 response["status"] = getattr(result, "status", None)
             else:
@@ -76,14 +78,13 @@ class _ServerSpans:
                     exc = None
                 else:
                     response["error"] = error_text(exc)
-            label, route = self._label(request)
-            span.relabel(label, route=route, response=response)
+            scope.label, args["route"] = self._label(request)
         except Exception:  # (a request's odd state: the span ends as it began)
             pass
         if exc is None:
-            span.__exit__(None, None, None)
+            close_span(scope, token, context, None, None, None)
         else:
-            span.__exit__(type(exc), exc, exc.__traceback__)
+            close_span(scope, token, context, type(exc), exc, exc.__traceback__)
 
     def _label(self, request: Any) -> tuple[str, str]:
         """The label and the route of ``request``, matched to a route (its resource's canonical path; the path when

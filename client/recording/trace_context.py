@@ -38,7 +38,17 @@ from ringtrace.wire.recent import Recent
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["KINDS", "TraceScope", "current_span", "extract", "inject", "new_trace_scope"]
+__all__ = [
+    "KINDS",
+    "OpenSpan",
+    "TraceScope",
+    "close_span",
+    "current_span",
+    "extract",
+    "inject",
+    "new_trace_scope",
+    "open_span",
+]
 
 #: Span kinds, as OpenTelemetry names them.
 KINDS: Final = ("internal", "server", "client", "producer", "consumer")
@@ -48,6 +58,9 @@ _OUTGOING: Final = frozenset(("client", "producer"))
 #: Headers: a mapping (names in any case), or a sequence of (name, value) pairs of str or bytes.
 Headers: TypeAlias = "Mapping[str, Any] | Sequence[tuple[Any, Any]]"
 _Headers = TypeVar("_Headers", bound=Headers)
+#: A span ``open_span`` began: its plain scope (entered), its args, the token of the current span set to it, and its
+#: context.
+OpenSpan: TypeAlias = "tuple[Any, dict[str, Any], contextvars.Token[_Active | None], SpanContext]"
 
 
 class _Active(NamedTuple):
@@ -201,23 +214,7 @@ class TraceScope:
         make_scope, label, kind, headers, args = self._what
         if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
             self._outer = [*(self._outer or ()), (self._token, self._scope, self.context, self._args)]
-        # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
-        # looked for here: most programs have none, and a call is a good part of a span's cost).
-        otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
-        parent = extract(headers) if kind in _INCOMING else None
-        if parent is None:
-            if otel_span is None and not _ENDED_ELSEWHERE_ENTRIES:  # _current_span(None), inlined for the usual case
-                active = _ACTIVE.get()
-                parent = None if active is None else active.context
-            else:
-                parent = _current_span(otel_span)
-        context, args, self._token = _begin(parent, args, kind, otel_span)
-        self.context = context
-        if kind in _OUTGOING and headers is not None:
-            inject(headers, context)
-        self._args = args
-        scope = self._scope = make_scope(label, args)
-        scope.__enter__()
+        self._scope, self._args, self._token, self.context = open_span(make_scope, label, kind, headers, args)
         return self
 
     def relabel(self, label: object, /, **args: Any) -> None:
@@ -240,13 +237,52 @@ class TraceScope:
         if scope is None:  # exited without being entered: nothing to record
             return
         self._scope = None
-        try:
-            _ACTIVE.reset(self._token)
-        except (ValueError, RuntimeError):  # exited in another context (another task, a generator finalised elsewhere)
-            _ended_elsewhere(self.context, self._token)
+        token, context = self._token, self.context
         if self._outer:  # the entry this one was nested in is open again
             self._token, self._scope, self.context, self._args = self._outer.pop()
-        scope.__exit__(exc_type, exc, tb)
+        close_span(scope, token, context, exc_type, exc, tb)
+
+
+def open_span(
+    make_scope: Callable[[object, dict[str, Any]], Any], label: object, kind: str, headers: Any, args: dict[str, Any]
+) -> OpenSpan:
+    """A span of a trace begun and entered (``TraceScope``'s entry, for an integration that begins and ends a span
+    in one place: no object kept but the tuple): the plain scope entered, its args (``args`` with the span's ids: add
+    to them before it ends, a relabel's), the token of the current span set to it, and its context. End it with
+    ``close_span``."""
+    # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
+    # looked for here: most programs have none, and a call is a good part of a span's cost).
+    otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
+    parent = extract(headers) if headers is not None and kind in _INCOMING else None
+    if parent is None:
+        if otel_span is None and not _ENDED_ELSEWHERE_ENTRIES:  # _current_span(None), inlined for the usual case
+            active = _ACTIVE.get()
+            parent = None if active is None else active.context
+        else:
+            parent = _current_span(otel_span)
+    context, args, token = _begin(parent, args, kind, otel_span)
+    if headers is not None and kind in _OUTGOING:
+        inject(headers, context)
+    scope = make_scope(label, args)
+    scope.__enter__()
+    return scope, args, token, context
+
+
+def close_span(
+    scope: Any,
+    token: contextvars.Token[_Active | None],
+    context: SpanContext | None,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> None:
+    """End the span ``open_span`` began (its scope, token and context): the current span is again the one it began
+    in, and its plain scope exits with the exception it ends with, if any."""
+    try:
+        _ACTIVE.reset(token)
+    except (ValueError, RuntimeError):  # exited in another context (another task, a generator finalised elsewhere)
+        _ended_elsewhere(context, token)
+    scope.__exit__(exc_type, exc, tb)
 
 
 def _begin_span(

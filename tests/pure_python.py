@@ -32,6 +32,7 @@ TWINNED = frozenset(
         "ringtrace.collector.incidents.frame_match",
         "ringtrace.collector.incidents.rule_verdicts",
         "ringtrace.client.delivery.listeners",
+        "ringtrace.client.delivery.owned_fds",
         "ringtrace.client.recording.messages",
         "ringtrace.client.recording.recorder",
         "ringtrace.client.recording.timeline_listeners",

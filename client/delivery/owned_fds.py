@@ -4,6 +4,10 @@ A daemon closes every descriptor it did not open as it starts (``os.closerange(3
 ``DaemonContext``), and its next sockets and files get the same numbers. Used by number after that, a descriptor of
 ours would send our bytes into the program's socket and read the program's bytes as ours; closed, it would close the
 program's. So each one's identity (its device and inode) is kept, and checked before it is used or closed.
+
+The check is an ``fstat``: in C where the accelerator is built (``fd_identity``), which holds the interpreter lock
+through it, as ``os.fstat`` does not. The streamer's and flusher's passes check their descriptors each time, and each
+call that let go of the lock handed the interpreter to a program's thread and back.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import contextlib
 import errno
 import os
 import socket
+from collections.abc import Callable
+
+from ringtrace.client.accelerator import speedups
 
 __all__ = ["OwnedFile", "OwnedSocket"]
 
@@ -73,7 +80,8 @@ class OwnedFile:
         self._key = None
 
 
-def _identity(fd: int) -> tuple[int, int] | None:
+def _fstat_identity(fd: int) -> tuple[int, int] | None:
+    """The device and inode of descriptor ``fd``; None for a negative one, or one ``fstat`` fails on."""
     if fd < 0:
         return None
     try:
@@ -81,3 +89,6 @@ def _identity(fd: int) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_dev, status.st_ino
+
+
+_identity: Callable[[int], tuple[int, int] | None] = _fstat_identity if speedups is None else speedups.fd_identity

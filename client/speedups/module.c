@@ -2,6 +2,9 @@
 
 #include "speedups.h"
 
+#include <limits.h>
+#include <sys/stat.h>
+
 static PyObject *
 module_record_labels(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -9,7 +12,23 @@ module_record_labels(PyObject *module, PyObject *Py_UNUSED(ignored))
     return Py_NewRef(state->labels);
 }
 
+/* fd_identity(fd): (st_dev, st_ino) of the descriptor, or None (a negative one, or fstat failed): owned_fds's
+   check of a descriptor of ours, as its pure-Python twin answers. The interpreter lock is held through the fstat (a
+   call that does not block): the delivery threads check their descriptors on each pass, and a call that let go of
+   the lock handed the interpreter to the program's threads and back each time. */
+static PyObject *
+module_fd_identity(PyObject *module, PyObject *arg)
+{
+    struct stat status;
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (fd < 0 || fd > INT_MAX || fstat((int)fd, &status) != 0) Py_RETURN_NONE;
+    return Py_BuildValue("(KK)", (unsigned long long)status.st_dev, (unsigned long long)status.st_ino);
+}
+
 static PyMethodDef module_methods[] = {
+    {"fd_identity", module_fd_identity, METH_O,
+     "fd_identity(fd): (st_dev, st_ino) of the descriptor, or None; the interpreter lock held throughout."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): what the recorder needs from "
      "the Python side; returns whether the running loop is read from the thread state, without a call."},
@@ -58,6 +77,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
     Py_VISIT(state->probe_kept);
+    Py_VISIT(state->loop_holder_type);
     Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
     Py_VISIT(state->instant_kind);
@@ -87,6 +107,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->get_running_loop);
     Py_CLEAR(state->str_running_loop);
     Py_CLEAR(state->probe_kept);
+    Py_CLEAR(state->loop_holder_type);
     Py_CLEAR(state->wake);
     Py_CLEAR(state->current_tasks);
     Py_CLEAR(state->str_events);

@@ -18,6 +18,67 @@ loop_slot(PyThreadState *tstate)
 #define LOOP_SLOT 0
 #endif
 
+#if PY_VERSION_HEX < 0x030C0000 && !defined(MS_WINDOWS)
+/* CPython 3.11 keeps a holder of the running loop in the thread state dict, with the pid of the process that set it:
+   asyncio's get_running_loop answers its loop only in that process (a forked child inherits the dict), and calls
+   getpid() each time to know, a system call on every event of a task. Its shape (Modules/_asynciomodule.c,
+   PyRunningLoopHolder) is read here, and only once configure()'s probe saw asyncio's setter make such a holder
+   (probe_holder); the pid is this process's, asked once and again after a fork (forget_pid). */
+#include <pthread.h>
+#include <unistd.h>
+#define LOOP_HOLDER 1
+typedef struct {
+    PyObject_HEAD PyObject *rl_loop;
+    pid_t rl_pid;
+} LoopHolder;
+static pid_t own_pid_known; /* 0: not asked since the process started or forked */
+static int forget_pid_set;  /* the at-fork handler is in place: until then, the holder is not read */
+
+static void
+forget_pid(void)
+{
+    own_pid_known = 0;
+}
+
+static pid_t
+own_pid(void)
+{
+    if (own_pid_known == 0) own_pid_known = getpid();
+    return own_pid_known;
+}
+
+/* The loop of `holder` (a LoopHolder), as asyncio's get_running_loop answers it: None where it holds None or was set
+   in another process (a new reference). */
+static PyObject *
+held_loop(PyObject *holder)
+{
+    LoopHolder *held = (LoopHolder *)holder;
+    PyObject *loop = held->rl_loop == NULL || held->rl_pid != own_pid() ? Py_None : held->rl_loop;
+    return Py_NewRef(loop);
+}
+
+/* Whether what the thread state dict holds under the key is a holder of `loop` as LoopHolder reads one, set by this
+   process, of asyncio's holder type (and of `type`, where not NULL): its type, or NULL. */
+static PyTypeObject *
+probe_holder(ModuleState *state, PyObject *dict, PyObject *loop, PyTypeObject *type)
+{
+    PyObject *held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed */
+    PyTypeObject *kind;
+    if (held == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    kind = Py_TYPE(held);
+    if (held == loop || (type != NULL && kind != type) || strcmp(kind->tp_name, "_RunningLoopHolder") != 0 ||
+        kind->tp_basicsize != (Py_ssize_t)sizeof(LoopHolder) || kind->tp_itemsize != 0) {
+        return NULL;
+    }
+    return ((LoopHolder *)held)->rl_loop == loop && ((LoopHolder *)held)->rl_pid == getpid() ? kind : NULL;
+}
+#else
+#define LOOP_HOLDER 0
+#endif
+
 /* This thread's running asyncio loop, as asyncio.events._get_running_loop() answers (a new reference; None: none),
    or NULL with an exception set. Where configure() saw asyncio keep it in the thread state dict (CPython 3.11 and
    3.12, with asyncio's C module), a thread whose dict has nothing or None under the key runs no loop, and that is
@@ -46,6 +107,9 @@ running_loop(ModuleState *state)
 #endif
             held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed */
             if (held == NULL && PyErr_Occurred()) return NULL;
+#if LOOP_HOLDER
+            if (held != NULL && (PyObject *)Py_TYPE(held) == state->loop_holder_type) return held_loop(held);
+#endif
             if (held == NULL || held == Py_None) {
 #if PY_VERSION_HEX < 0x030C0000
                 state->loop_free_dict = dict;
@@ -114,6 +178,9 @@ probe_loop_key(ModuleState *state, PyObject *set_loop)
 {
     PyObject *dict, *before, *mine, *held, *result, *type = NULL, *value = NULL, *tb = NULL;
     int had, said_none, found;
+#if LOOP_HOLDER
+    PyTypeObject *holder;
+#endif
 #if PY_VERSION_HEX < 0x030C0000
     /* Before 3.12 asyncio caches the running loop for all interpreters at once, by a thread id that each interpreter
        counts on its own: a probe in a sub-interpreter would show its loop to a thread of the main one. */
@@ -127,7 +194,15 @@ probe_loop_key(ModuleState *state, PyObject *set_loop)
     if ((before = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto failed;
     mine = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     found = mine == NULL ? -1 : loop_reads_back(state, dict, set_loop, mine);
+#if LOOP_HOLDER
+    holder = found == 1 && forget_pid_set ? probe_holder(state, dict, mine, NULL) : NULL;
+#endif
     if (found == 1) found = loop_reads_back(state, dict, set_loop, Py_None);
+#if LOOP_HOLDER
+    if (found == 1 && holder != NULL && probe_holder(state, dict, Py_None, holder) == holder) {
+        Py_XSETREF(state->loop_holder_type, Py_NewRef((PyObject *)holder));
+    }
+#endif
     if (found == 1 && said_none && before != Py_None) found = 0; /* asyncio saw a loop the key did not show */
     Py_XDECREF(mine);
     PyErr_Fetch(&type, &value, &tb);
@@ -218,6 +293,10 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     state->running_loop_in_dict = 0; /* until the probe says so */
     state->running_loop_in_slot = 0;
+    Py_CLEAR(state->loop_holder_type);
+#if LOOP_HOLDER
+    if (!forget_pid_set) forget_pid_set = pthread_atfork(NULL, NULL, forget_pid) == 0;
+#endif
     state->loop_free_dict = NULL;
     Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
@@ -234,6 +313,7 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     found = nargs >= 5 ? probe_loop_key(state, args[4]) : 0;
     if (found < 0) return NULL;
     state->running_loop_in_dict = found;
+    if (!found) Py_CLEAR(state->loop_holder_type);
     return PyBool_FromLong(found);
 }
 

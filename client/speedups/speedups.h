@@ -100,6 +100,7 @@ typedef struct {
     int running_loop_in_dict;   /* configure() saw asyncio keep the running loop under that key */
     int running_loop_in_slot;   /* 3.13: configure() saw asyncio keep it in the thread state (see running_loop) */
     PyObject *probe_kept;       /* what configure()'s probes took out of their thread's dict (see probe_loop_key) */
+    PyObject *loop_holder_type; /* 3.11: the type of asyncio's holder of the running loop, read here (running_loop) */
     PyObject *loop_free_dict;   /* the thread state dict last seen without a running loop (compared, never used)... */
     uint64_t loop_free_version; /* ...as it was then (see running_loop) */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */

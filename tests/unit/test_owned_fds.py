@@ -9,8 +9,11 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.delivery import owned_fds
 from ringtrace.client.delivery.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
@@ -222,3 +225,29 @@ def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket
     assert len(failed) == 1 and failed[0].reason.startswith(f"TLS with 127.0.0.1:{port}"), failed
     for sock in programs_sockets:
         os.fstat(sock.fileno())  # none of the program's sockets was closed
+
+
+def test_the_c_check_of_a_descriptor_answers_as_its_python_twin(tmp_path: Path) -> None:
+    """``fd_identity`` (C, the interpreter lock held) and ``os.fstat``'s: a socket, a file, a pipe, a closed number,
+    a negative one, one past any descriptor."""
+    if speedups is None:
+        pytest.skip("the C accelerator is not in use in this process")
+    sock_a, sock_b = socket.socketpair()
+    reader, writer = os.pipe()
+    with sock_a, sock_b, open(tmp_path / "file", "wb") as file:
+        closed_a, closed_b = socket.socketpair()
+        closed = closed_a.detach()
+        os.close(closed)
+        closed_b.close()
+        numbers = [sock_a.fileno(), sock_b.fileno(), file.fileno(), reader, writer, closed, -1, -(2**40), 2**31 - 1]
+        try:
+            answers = [(speedups.fd_identity(number), owned_fds._fstat_identity(number)) for number in numbers]
+        finally:
+            os.close(reader)
+            os.close(writer)
+    assert all(c == python for c, python in answers), answers
+    assert [c is None for c, _ in answers] == [False] * 5 + [True] * 4
+    with pytest.raises(OverflowError):
+        speedups.fd_identity(2**70)
+    with pytest.raises(TypeError):
+        speedups.fd_identity("3")  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import platform
 import sys
 import threading
@@ -203,6 +204,52 @@ def test_configuring_leaves_the_thread_state_dict_as_it_found_it() -> None:
     before, after = snapshots
     assert after.keys() == before.keys()
     assert all(after[key] is value for key, value in before.items())
+
+
+@pytest.mark.skipif(
+    sys.version_info[:2] not in {(3, 11), (3, 13)} or _get_running_loop.__module__ != "_asyncio",
+    reason="where asyncio's C module keeps a holder of the loop (3.11) or the loop in the thread state (3.13)",
+)
+def test_inside_a_running_loop_the_loop_is_read_without_asking_asyncio() -> None:
+    """3.11's asyncio asks the process's pid (a system call) each time it is asked for the running loop: the recorder
+    reads its holder of the loop itself, on every event of a task, and asks nothing."""
+    asked = [0]
+
+    def counted() -> Any:
+        asked[0] += 1
+        return _get_running_loop()
+
+    async def main() -> tuple[int, bool]:
+        asked[0] = 0
+        found = [speedups.running_loop() for _ in range(100)]
+        return asked[0], all(loop is asyncio.get_running_loop() for loop in found)
+
+    try:
+        assert speedups.configure(counted, SPAN, INSTANT, FLUSHER.wake, _set_running_loop) is True
+        assert asyncio.run(main()) == (0, True)
+        assert speedups.running_loop() is None
+    finally:
+        configure(True)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_inside_a_running_loop_agrees_with_asyncio() -> None:
+    """A forked child inherits its parent's thread state dict, the holder of the running loop with it: 3.11's asyncio
+    answers no loop there (the holder is the parent's process's), and so must the recorder, in the child's first
+    look and after."""
+
+    async def main() -> int:
+        pid = os.fork()
+        if pid == 0:  # the child: what the recorder finds, against asyncio, reported by the exit code
+            agree = all(speedups.running_loop() is _get_running_loop() for _ in range(2))
+            os._exit(0 if agree else 1)
+        return os.waitpid(pid, 0)[1]
+
+    agreed_in_parent: list[str] = []
+    status = asyncio.run(main())
+    agrees("the parent, after", agreed_in_parent)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert agreed_in_parent == []
 
 
 def test_a_setter_that_does_not_write_the_thread_state_is_not_taken_for_one_that_does() -> None:

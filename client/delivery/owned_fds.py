@@ -5,9 +5,9 @@ A daemon closes every descriptor it did not open as it starts (``os.closerange(3
 ours would send our bytes into the program's socket and read the program's bytes as ours; closed, it would close the
 program's. So each one's identity (its device and inode) is kept, and checked before it is used or closed.
 
-The check is an ``fstat``: in C where the accelerator is built (``fd_identity``), which holds the interpreter lock
-through it, as ``os.fstat`` does not. The streamer's and flusher's passes check their descriptors each time, and each
-call that let go of the lock handed the interpreter to a program's thread and back.
+A socket's check is an ``fstat``: in C where the accelerator is built (``fd_identity``), which holds the interpreter
+lock through it, as ``os.fstat`` does not. The streamer's and flusher's passes check their sockets each time, and
+each call that let go of the lock handed the interpreter to a program's thread and back.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ class OwnedSocket:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._key = _identity(sock.fileno())
+        self._key = _socket_identity(sock.fileno())
 
     def holds(self) -> bool:
         """Whether the descriptor's number still names the socket we opened (one ``fstat``)."""
-        return self._key is not None and _identity(self.sock.fileno()) == self._key
+        return self._key is not None and _socket_identity(self.sock.fileno()) == self._key
 
     def close(self) -> None:
         """Close it if it is still ours, else only let go of the number (it is the program's now)."""
@@ -53,11 +53,12 @@ class OwnedFile:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._key = _identity(fd)
+        self._key = _fstat_identity(fd)
 
     def holds(self) -> bool:
-        """Whether the descriptor's number still names the file we opened (one ``fstat``)."""
-        return self._key is not None and _identity(self.fd) == self._key
+        """Whether the descriptor's number still names the file we opened (one ``fstat``, letting go of the
+        interpreter lock: a file's may wait on its file system, an NFS server's)."""
+        return self._key is not None and _fstat_identity(self.fd) == self._key
 
     def write(self, data: bytes) -> None:
         """Write all of ``data``.
@@ -91,4 +92,7 @@ def _fstat_identity(fd: int) -> tuple[int, int] | None:
     return status.st_dev, status.st_ino
 
 
-_identity: Callable[[int], tuple[int, int] | None] = _fstat_identity if speedups is None else speedups.fd_identity
+#: A socket's check: an fstat that does not wait (a file's may: ``OwnedFile`` lets go of the lock for it).
+_socket_identity: Callable[[int], tuple[int, int] | None] = (
+    _fstat_identity if speedups is None else speedups.fd_identity
+)

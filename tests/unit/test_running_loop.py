@@ -239,6 +239,7 @@ def test_a_child_forked_inside_a_running_loop_agrees_with_asyncio() -> None:
     look and after."""
 
     async def main() -> int:
+        assert speedups.running_loop() is asyncio.get_running_loop()  # (the parent's pid known before the fork)
         pid = os.fork()
         if pid == 0:  # the child: what the recorder finds, against asyncio, reported by the exit code
             agree = all(speedups.running_loop() is _get_running_loop() for _ in range(2))

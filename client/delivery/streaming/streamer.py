@@ -343,24 +343,19 @@ class Streamer(SerializedListener):
             self._fds.close()  # (with a socket the link never heard of: an error between dialling and HELLO)
 
     def _loop(self) -> None:
-        # Each wait checks the descriptors as it ends (StreamerDescriptors.wait): the next pass does not check them
-        # again, only the first does. Each check is a system call a descriptor, and one that lets go of the
-        # interpreter lock: a hand-over to the program's threads and back.
-        checked = False
         while True:
             with self._state():
                 if self._stopping:
                     return
                 actions = self._link.timer(time.monotonic())
             self._perform(actions)
-            if not checked and not self._fds.keep():
+            if not self._fds.keep():
                 self._lost(_CLOSED_UNDER_US)
             if self._fds.sock is not None:
                 self._write()
             with self._state():
                 deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
-            checked = True
 
     def _recover(self, exc: Exception) -> int:
         """A pass failed (``PassFailures.run``): the connection goes; what was in flight is lost, counted, returned."""

@@ -71,6 +71,8 @@ def calls(perf: str, variant: str, requests: int, address: str) -> dict[tuple[st
             call = _CALL.match(line)
             if call and current is not None:
                 current[call.group(1)] = int(call.group(2))
+    if len(by_thread) > len(THREADS):  # (named by start order: a thread more would shift the names)
+        raise RuntimeError(f"{variant}: {len(by_thread)} threads, more than {', '.join(THREADS)}")
     counts: dict[tuple[str, str], int] = {}
     for name, tid in zip(THREADS, sorted(by_thread), strict=False):  # (thread ids grow in start order)
         for call_name in CALLS:

@@ -79,7 +79,7 @@ class _ServerSpans:
                 else:
                     response["error"] = error_text(exc)
             scope.label, args["route"] = self._label(request)
-        except Exception:  # (a request's odd state: the span ends as it began)
+        except Exception:  # (a request's odd state: the span ends with what was filled in so far)
             pass
         if exc is None:
             close_span(scope, token, context, None, None, None)

@@ -2,6 +2,7 @@
 
 #include "speedups.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <sys/stat.h>
 
@@ -13,16 +14,22 @@ module_record_labels(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 /* fd_identity(fd): (st_dev, st_ino) of the descriptor, or None (a negative one, or fstat failed): owned_fds's
-   check of a descriptor of ours, as its pure-Python twin answers. The interpreter lock is held through the fstat (a
-   call that does not block): the delivery threads check their descriptors on each pass, and a call that let go of
-   the lock handed the interpreter to the program's threads and back each time. */
+   check of a socket of ours, as its pure-Python twin answers. The interpreter lock is held through the fstat (on a
+   socket, a call that does not wait): the delivery threads check their sockets on each pass, and a call that let go
+   of the lock handed the interpreter to the program's threads and back each time. Retried when a signal interrupts
+   it, as os.fstat is. */
 static PyObject *
 module_fd_identity(PyObject *module, PyObject *arg)
 {
     struct stat status;
+    int failed;
     long fd = PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred()) return NULL;
-    if (fd < 0 || fd > INT_MAX || fstat((int)fd, &status) != 0) Py_RETURN_NONE;
+    if (fd < 0 || fd > INT_MAX) Py_RETURN_NONE;
+    do {
+        failed = fstat((int)fd, &status) != 0;
+    } while (failed && errno == EINTR);
+    if (failed) Py_RETURN_NONE;
     return Py_BuildValue("(KK)", (unsigned long long)status.st_dev, (unsigned long long)status.st_ino);
 }
 

@@ -167,13 +167,16 @@ class Tracks:
             if owner is thread:
                 return buffer
             # The same thread, ended since its buffer was made: the buffer is still its own (not forgotten yet). Its
-            # OS id tells it from a thread before it that had its ident (idents are reused).
+            # OS id tells it from a thread before it that had its ident (idents are reused; a live thread's OS id is
+            # its own). It may still be alive to ``threading``: a thread is ended to function tracing once
+            # ``Thread._delete`` ran, and ``is_alive()`` stays True until its thread state is gone, a moment later (a
+            # drain in between made the thread a second track).
             if (
                 type(thread) is EndedThread
                 and isinstance(owner, threading.Thread | EndedThread)
                 and owner.ident == thread.ident
                 and owner.native_id == thread.native_id
-                and not thread_alive(owner)
+                and (thread.native_id is not None or not thread_alive(owner))
             ):
                 return buffer
         track = TrackInfo(new_track_id(), THREAD_TRACK, thread_track_name(thread, label), thread.native_id or 0)

@@ -13,6 +13,7 @@ import pytest
 from ringtrace.client import ConfigError, FunctionTracing, MemoryListener, Timeline, trace_functions
 from ringtrace.client.functions.call_filter import CallFilter
 from ringtrace.client.functions.function_tracing import tracer_class
+from ringtrace.client.recording.tracks import EndedThread, Tracks
 from ringtrace.wire.parsing import parse_duration_ns
 from waiting import wait_for
 
@@ -205,6 +206,27 @@ def test_a_thread_keeps_its_track_when_it_ends_between_two_drains() -> None:
     leaves = [e for e in memory.events if e.name == "leaf"]
     assert len(leaves) == 2
     assert leaves[0].track == leaves[1].track and leaves[0].track.name == "two drains (twice)"
+
+
+def test_a_thread_ending_is_its_own_thread_while_threading_still_calls_it_alive() -> None:
+    # Function tracing takes a thread for ended once ``Thread._delete`` ran; ``is_alive()`` answers True until its
+    # thread state is gone. A drain in that moment gave the thread a second track (met beside a loaded machine).
+    tracks = Tracks()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, args=(30,), name="ending")
+    worker.start()
+    try:
+        assert worker.ident is not None
+        own = tracks.buffer_of_thread(worker, None)
+        ending = EndedThread(worker.ident, worker.name, worker.native_id)
+        assert worker.is_alive()
+        assert tracks.buffer_of_thread(ending, None) is own
+        # Another thread that had its ident (but not its OS id) is not it.
+        other = EndedThread(worker.ident, "before", (worker.native_id or 0) + 1)
+        assert tracks.buffer_of_thread(other, None) is not own
+    finally:
+        release.set()
+        worker.join()
 
 
 def test_threads_that_reuse_an_ident_between_two_drains_keep_tracks_of_their_own() -> None:

@@ -48,6 +48,9 @@ static PyMethodDef module_methods[] = {
      "clock_offset(): (low, high), the ns between which the recorder's clock less the monotonic clock lies now."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
+    {"name_tasks", (PyCFunction)(void (*)(void))name_tasks, METH_FASTCALL,
+     "name_tasks(run, task, task_switch, span, instant): a lane's run with its task switches taken out and its spans "
+     "and instants named by their tasks (recording/drain.py's _name_tasks); returns the task of the last events."},
     {"record_labels", module_record_labels, METH_NOARGS,
      "record_labels(): the table of labels compact records index (a list, append only; record_runs.RecordRun's)."},
     {"take_samples", (PyCFunction)(void (*)(void))take_samples, METH_FASTCALL,
@@ -140,6 +143,9 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_recording);
     Py_CLEAR(state->str_extend);
     Py_CLEAR(state->empty_name);
+    Py_CLEAR(state->str_get_name);
+    Py_CLEAR(state->str_task);
+    Py_CLEAR(state->str_as_dict);
     for (int i = 0; i < LANE_NAMES; i++) {
         Py_CLEAR(state->lane_names[i]);
     }
@@ -249,6 +255,10 @@ module_exec(PyObject *module)
         !state->str_recording || !state->str_extend || !state->empty_name || !state->str_intern_walk) {
         return -1;
     }
+    state->str_get_name = PyUnicode_InternFromString("get_name");
+    state->str_task = PyUnicode_InternFromString("task");
+    state->str_as_dict = PyUnicode_InternFromString("as_dict");
+    if (!state->str_get_name || !state->str_task || !state->str_as_dict) return -1;
     {
         static const char *const lane_names[LANE_NAMES] = {
             [LANE_LOCK] = "_lock",   [LANE_TRACKS] = "_tracks", [LANE_TAKING] = "taking_lane",

@@ -58,6 +58,7 @@ BENCHMARKS = {
     "function_delivery": ("bench_function_delivery.py", 900),
     "always_on": ("bench_always_on.py", 1500),
     "gc_integration": ("bench_gc_integration.py", 900),
+    "lane_drain": ("bench_lane_drain.py", 300),
 }
 
 

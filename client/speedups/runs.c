@@ -137,9 +137,23 @@ task_name(ModuleState *state, PyObject *task)
     return PyObject_CallMethodNoArgs(task, state->str_get_name);
 }
 
+/* Whether every key of the dict `map` is a str (not a subclass): then a lookup or an insert in it runs no Python code
+   (no __hash__ or __eq__ of ours to call). */
+static int
+str_keys_only(PyObject *map)
+{
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(map, &position, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) return 0;
+    }
+    return 1;
+}
+
 /* The args at `i` of `run` named by `name` (see name_tasks): 0, or -1 with an exception set. A dict the run alone
-   holds is named in place: no one else can see it change (the twin copies it, not knowing), and a server's span's
-   args are such a dict; a dict held elsewhere too is copied, as the twin does: the caller may hold on to its map. */
+   holds, of str keys only, is named in place: no one else can see it change (the twin copies it, not knowing), and a
+   server's span's args are such a dict; any other dict is copied, as the twin does: the caller may hold on to its
+   map, and code a lookup runs (a key's __eq__) could take it meanwhile. */
 static int
 name_args(ModuleState *state, PyObject *run, Py_ssize_t i, PyObject *name)
 {
@@ -147,12 +161,15 @@ name_args(ModuleState *state, PyObject *run, Py_ssize_t i, PyObject *name)
     Py_ssize_t alone; /* the references of a dict the run alone holds, counting `args` */
     int has;
     if (given == NULL) return -1;
+    Py_INCREF(given); /* (the code as_dict runs, a key's __hash__, may take it out of the run) */
     if (Py_IS_TYPE(given, state->keywords_type)) { /* keyword_args.as_map: a new dict */
-        if ((args = PyObject_CallMethodNoArgs(given, state->str_as_dict)) == NULL) return -1;
+        args = PyObject_CallMethodNoArgs(given, state->str_as_dict);
+        Py_DECREF(given);
+        if (args == NULL) return -1;
         alone = 1;
     }
     else {
-        args = Py_NewRef(given);
+        args = given;
         alone = 2;
     }
     if (args == Py_None) {
@@ -160,18 +177,18 @@ name_args(ModuleState *state, PyObject *run, Py_ssize_t i, PyObject *name)
         if (named != NULL && PyDict_SetItem(named, state->str_task, name) < 0) Py_CLEAR(named);
     }
     else if (PyDict_CheckExact(args)) {
-        if ((has = PyDict_Contains(args, state->str_task)) != 0) { /* named already (or the lookup raised) */
-            Py_DECREF(args);
-            return has < 0 ? -1 : 0;
-        }
-        if (Py_REFCNT(args) == alone) {
-            int failed = PyDict_SetItem(args, state->str_task, name) < 0;
-            if (failed || alone == 2) { /* (in place in the run: nothing to store) */
+        if (Py_REFCNT(args) == alone && str_keys_only(args)) { /* (no Python code runs from here to the store) */
+            if ((has = PyDict_Contains(args, state->str_task)) == 0) has = PyDict_SetItem(args, state->str_task, name);
+            if (has != 0 || alone == 2) { /* named already, failed, or named in place in the run */
                 Py_DECREF(args);
-                return failed ? -1 : 0;
+                return has < 0 ? -1 : 0;
             }
             named = args; /* a Keywords' new dict: stored in its place below */
             args = NULL;
+        }
+        else if ((has = PyDict_Contains(args, state->str_task)) != 0) { /* named already (or the lookup raised) */
+            Py_DECREF(args);
+            return has < 0 ? -1 : 0;
         }
         else {
             named = PyDict_Copy(args);
@@ -192,55 +209,44 @@ name_args(ModuleState *state, PyObject *run, Py_ssize_t i, PyObject *name)
     return PyList_SetItem(run, i, named); /* (steals named) */
 }
 
-/* Moves the record at `from` of `run` to `to` (before it, over what was there: a record moved on or a switch taken
-   out), whole or as far as the run goes; returns where the next goes. Each slot holds a reference of its own at every
-   step (the cyclic collector may look at the run whenever a release runs a finalizer). */
-static Py_ssize_t
-move_record(PyObject *run, Py_ssize_t from, Py_ssize_t to)
+/* kept += run[i : i + RECORD_FIELDS]: 0, or -1 with an exception set. */
+static int
+keep_record(PyObject *kept, PyObject *run, Py_ssize_t i)
 {
-    for (int field = 0; field < RECORD_FIELDS && from + field < PyList_GET_SIZE(run) && to < from; field++, to++) {
-        PyObject *old = PyList_GET_ITEM(run, to);
-        PyList_SET_ITEM(run, to, Py_NewRef(PyList_GET_ITEM(run, from + field)));
-        Py_DECREF(old);
+    for (Py_ssize_t k = i; k < i + RECORD_FIELDS && k < PyList_GET_SIZE(run); k++) {
+        if (PyList_Append(kept, PyList_GET_ITEM(run, k)) < 0) return -1;
     }
-    return to;
+    return 0;
 }
 
-/* Cuts `run`'s values from `from` to `to` out without allocating (list_ass_slice allocates to cut more than 8: a
-   drain out of memory must still leave each event once in the run): the values after them swap places with them, no
-   reference changes, and the list ends before them; each is let go of once it is out of the list. (A release that
-   runs a finalizer cannot reach the run: the flusher alone holds it.) */
+/* run[:] = kept, without allocating: the two lists swap their values (no Python code runs meanwhile), and kept, ours
+   alone, then holds what the run held, let go of with it, when the run is whole again (the code a release runs may
+   look at the run). */
 static void
-cut(PyObject *run, Py_ssize_t from, Py_ssize_t to)
+replace_values(PyObject *run, PyObject *kept)
 {
-    PyListObject *l = (PyListObject *)run;
-    Py_ssize_t size = Py_SIZE(l), k;
-    if (to > size) to = size;
-    if (from >= to) return;
-    for (k = to; k < size; k++) {
-        PyObject *kept = l->ob_item[k];
-        l->ob_item[k] = l->ob_item[from + k - to];
-        l->ob_item[from + k - to] = kept;
-    }
-    Py_SET_SIZE(l, size - (to - from));
-    for (k = size - (to - from); k < size; k++) {
-        PyObject *cut_out = l->ob_item[k];
-        l->ob_item[k] = NULL;
-        Py_DECREF(cut_out);
-    }
+    PyListObject *to = (PyListObject *)run, *from = (PyListObject *)kept;
+    PyObject **items = to->ob_item;
+    Py_ssize_t size = Py_SIZE(to), allocated = to->allocated;
+    to->ob_item = from->ob_item;
+    Py_SET_SIZE(to, Py_SIZE(from));
+    to->allocated = from->allocated;
+    from->ob_item = items;
+    Py_SET_SIZE(from, size);
+    from->allocated = allocated;
 }
 
 /* name_tasks(run, task, task_switch, span, instant): the twin of drain._name_tasks, which defines what it does (a
    lane's run: the TASK_SWITCH records taken out, each span and instant named by the task that recorded it), for the
    flusher, which did it a value at a time in bytecode: a server's lane holds a task switch and a span a request.
-   The run is compacted in place as it goes (the twin builds the run kept, then puts it in the run's place); where it
-   fails, what was compacted is cut out of the middle, so that the run holds each of its events once. */
+   Step for step as the twin (the run read again after each call that may run Python code); where it fails, the run
+   holds its switches still, as the twin's does (events_in counts them as none). */
 PyObject *
 name_tasks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    PyObject *run, *task, *task_switch, *name;
-    Py_ssize_t i = 0, size, to = -1; /* to: where the next record kept goes, once a switch was met */
+    PyObject *run, *task, *task_switch, *name, *kept = NULL; /* kept: the records kept, once a switch is met */
+    Py_ssize_t i, size;
     if (nargs != 5 || !PyList_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "name_tasks(run, task, task_switch, span, instant): run a list");
         return NULL;
@@ -252,10 +258,10 @@ name_tasks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     size = PyList_GET_SIZE(run); /* (the twin's range(), made once) */
     for (i = 0; i < size; i += RECORD_FIELDS) {
         PyObject *kind = item_at(run, i), *next;
-        int named = 0;
+        int named;
         if (kind == NULL) goto fail;
         if (kind == task_switch) {
-            if (to < 0) to = i;
+            if (kept == NULL && (kept = PyList_GetSlice(run, 0, i)) == NULL) goto fail;
             if ((next = item_at(run, i + 1)) == NULL) goto fail;
             Py_SETREF(task, Py_NewRef(next));
             Py_SETREF(name, task_name(state, task));
@@ -267,18 +273,16 @@ name_tasks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (named == 0) named = PyObject_RichCompareBool(args[4], kind, Py_EQ);
         Py_DECREF(kind);
         if (named < 0 || (named && name_args(state, run, i + 4, name) < 0)) goto fail;
-        if (to >= 0) to = move_record(run, i, to);
+        if (kept != NULL && keep_record(kept, run, i) < 0) goto fail;
     }
-    if (to >= 0) cut(run, to, PyList_GET_SIZE(run));
+    if (kept != NULL) {
+        replace_values(run, kept);
+        Py_DECREF(kept);
+    }
     Py_DECREF(name);
     return task;
 fail:
-    if (to >= 0) { /* (an exception set meanwhile: what is cut may run a finalizer) */
-        PyObject *exc_type, *exc, *tb;
-        PyErr_Fetch(&exc_type, &exc, &tb);
-        cut(run, to, i);
-        PyErr_Restore(exc_type, exc, tb);
-    }
+    Py_XDECREF(kept);
     Py_XDECREF(name);
     Py_DECREF(task);
     return NULL;

@@ -145,12 +145,31 @@ def test_a_cut_record_raises_index_error_in_both() -> None:
             twin([SPAN, "s", 1], TASKS[0])
         with pytest.raises(IndexError):
             twin([SPAN, "s", 1, 2, None, TASK_SWITCH], TASKS[0])
-    # A run that fails halfway holds each of its events once still (the drain counts what it held as dropped).
-    run = [SPAN, "a", 1, 2, None, TASK_SWITCH, TASKS[1], None, None, None, INSTANT, "b", 3, 3, None, SPAN, "c", 4]
-    with pytest.raises(IndexError):
-        in_c(run, TASKS[0])
-    assert run[:10] == [SPAN, "a", 1, 2, {"task": "request 0"}, INSTANT, "b", 3, 3, {"task": "request 1"}]
-    assert run[10:] == [SPAN, "c", 4]
+    # A run that fails halfway is left as the twin leaves it: its switches still in, its events each once (the drain
+    # counts what it held as dropped, the switches as none), those before the failure named.
+    left = []
+    for twin in TWINS:
+        run = [SPAN, "a", 1, 2, None, TASK_SWITCH, TASKS[1], None, None, None, INSTANT, "b", 3, 3, None, SPAN, "c", 4]
+        with pytest.raises(IndexError):
+            twin(run, TASKS[0])
+        left.append(run)
+    assert left[0] == left[1]
+    assert left[0][:5] == [SPAN, "a", 1, 2, {"task": "request 0"}]
+    assert left[0][5:] == [
+        TASK_SWITCH,
+        TASKS[1],
+        None,
+        None,
+        None,
+        INSTANT,
+        "b",
+        3,
+        3,
+        {"task": "request 1"},
+        SPAN,
+        "c",
+        4,
+    ]
 
 
 def test_a_kind_that_cannot_be_compared_raises_the_same_in_both() -> None:
@@ -171,3 +190,91 @@ def test_name_tasks_takes_a_list_and_five_arguments() -> None:
         speedups.name_tasks((SPAN, "s", 1, 2, None), TASKS[0], TASK_SWITCH, SPAN, INSTANT)
     with pytest.raises(TypeError, match="name_tasks"):
         speedups.name_tasks([], TASKS[0])  # type: ignore[call-arg]
+
+
+def shape(value: Any) -> Any:
+    """``value`` (a result or a run) as the twins can be compared on it: made afresh for each, its tasks and bare
+    objects are told by their names and kinds."""
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    if isinstance(value, dict):
+        return {repr(k) if type(k) in (str, int) else type(k).__name__: shape(v) for k, v in value.items()}
+    if isinstance(value, Task):
+        return ("task", value.name)
+    return type(value).__name__ if type(value) is object else value
+
+
+#: What the hostile code of the test below reads: the run being named, and the map it took out (if it did).
+HELD: dict[str, Any] = {}
+
+
+class ClearsAtItsName(Task):
+    def get_name(self) -> str:
+        HELD["run"].clear()
+        return self.name
+
+
+class ChangesAsItIsLetGo(Task):
+    def __init__(self, name: str, change: Callable[[list[Any]], Any]) -> None:
+        super().__init__(name)
+        self.change = change
+
+    def __del__(self) -> None:
+        self.change(HELD["run"])
+
+
+class TakesTheMap:
+    """A key of a span's args whose __eq__ takes the map out of the run (its hash is that of "task")."""
+
+    def __hash__(self) -> int:
+        return hash("task")
+
+    def __eq__(self, other: object) -> bool:
+        HELD["taken"] = HELD["run"][4]
+        HELD["run"][4] = "replaced"
+        return False
+
+
+class ClearsAtItsHash(str):
+    """A key of an instant's args (a Keywords) whose hash clears the run, the first time."""
+
+    def __hash__(self) -> int:
+        if HELD.pop("armed", False):
+            HELD["run"].clear()
+        return str.__hash__(self)
+
+
+HOSTILE_RUNS: list[Callable[[], list[Any]]] = [
+    lambda: [SPAN, "s", 1, 2, None, TASK_SWITCH, ClearsAtItsName("B"), 0, 0, None],
+    lambda: [SPAN, "s", 1, 2, None, TASK_SWITCH, ClearsAtItsName("B"), 0, 0, None, INSTANT, "i", 3, 3, None],
+    lambda: [TASK_SWITCH, ChangesAsItIsLetGo("A2", list.clear), 0, 0, None, TASK_SWITCH, Task("B"), 0, 0, None],
+    lambda: [
+        *[SPAN, "s", 1, 2, None, TASK_SWITCH, ChangesAsItIsLetGo("A2", lambda run: run.extend(["x", "y", object()]))],
+        *[0, 0, None, TASK_SWITCH, Task("B"), 0, 0, None],
+    ],
+    lambda: [SPAN, "s", 1, 2, {TakesTheMap(): 1}],
+    lambda: [INSTANT, "i", 1, 2, keywords((ClearsAtItsHash("a"), 1), ("b", 2))],
+]
+
+
+@pytest.mark.parametrize(
+    "make",
+    HOSTILE_RUNS,
+    ids=["name-clears-last", "name-clears", "release-clears", "release-appends", "eq-takes-map", "hash-clears"],
+)
+def test_code_the_drain_runs_that_changes_the_run_leaves_it_as_the_twin_does(make: Callable[[], list[Any]]) -> None:
+    # A task's name, a finalizer of a task let go of, a key's __eq__ and __hash__: Python code that can reach the run
+    # while it is named. The C twin reads it again after each: no value it let go of read, none lost or left twice, and
+    # a map taken out meanwhile is not changed.
+    left = []
+    for twin in TWINS:
+        HELD.clear()
+        run = HELD["run"] = make()
+        HELD["armed"] = True
+        try:
+            result: Any = twin(run, TASKS[0])
+        except Exception as error:
+            result = (type(error), str(error))
+        left.append((shape(result), shape(run), shape(HELD.get("taken"))))
+        HELD.clear()
+    assert left[0] == left[1]

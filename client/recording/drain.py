@@ -140,16 +140,17 @@ def _last_task(events: list[Any], count: int, task: Any) -> Any:
 
 def _name_tasks(run: list[Any], task: Any) -> Any:
     """Adds the name of the task that recorded it to the args of each span and instant of ``run`` (flat records of
-    one lane, ``task``'s first), and takes the ``TASK_SWITCH`` records out. Returns the task of the last events."""
+    one lane, ``task``'s first), and takes the ``TASK_SWITCH`` records out. Returns the task of the last events.
+    ``task``, and the task of a switch, is a task or its name (a str)."""
     kept: list[Any] | None = None  # (the records kept, once a switch is met: told by identity, never a label's ==)
-    name = task.get_name()
+    name = task if type(task) is str else task.get_name()
     for i in range(0, len(run), RECORD_FIELDS):
         kind = run[i]
         if kind is TASK_SWITCH:
             if kept is None:
                 kept = run[:i]
             task = run[i + 1]
-            name = task.get_name()
+            name = task if type(task) is str else task.get_name()
             continue
         if kind in (SPAN, INSTANT):
             args = as_map(run[i + 4])

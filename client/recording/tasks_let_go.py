@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from asyncio import Task
 
-__all__ = ["LetGo", "TaskName", "let_go", "not_collecting"]
+__all__ = ["LetGo", "let_go", "name_of", "not_collecting"]
 
 #: Whether a garbage collection is under way, from its start to its stop (after the finalizers it ran).
 _collecting = False
@@ -26,7 +26,7 @@ _collecting = False
 def let_go(buffer: Any, task: Task[Any]) -> None:
     """``buffer`` (a ``TrackBuffer``) holds ``task`` weakly from now on (``LetGo``), its events named after it as it is
     named now."""
-    buffer.first_task = TaskName(task.get_name())
+    buffer.first_task = name_of(task)
     buffer.owner = LetGo(task)
 
 
@@ -49,16 +49,11 @@ class LetGo:
         return not seen
 
 
-class TaskName:
-    """Names a task that a lane's buffer no longer holds, for the drain."""
-
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def get_name(self) -> str:
-        return self._name
+def name_of(task: Task[Any]) -> str:
+    """``task``'s name, as what names its events without keeping it alive holds it (a str: a subclass's ``get_name``
+    may answer anything)."""
+    name = task.get_name()
+    return name if type(name) is str else str(name)
 
 
 def not_collecting() -> None:

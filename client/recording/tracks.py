@@ -6,9 +6,11 @@ spans of concurrent tasks never overlap on one track. A lane is taken by one tas
 as that task is done: the next task of its thread to record takes it (``lane_for``; ``lanes.py``), so the number of
 lanes follows the number of tasks alive at once, not the total, however many come and go between two passes of the
 flusher. A lane has one buffer for the tasks it serves in turn (a server's requests, one task each): a task that takes
-it notes the switch there (a ``TASK_SWITCH`` record) and records after it, so what the lane shows of each task stays
-whole and in order, and a task costs its events and one record, not a buffer that the flusher drains and forgets
-apart.
+it notes the switch there (a ``TASK_SWITCH`` record, with the task's name) and records after it, so what the lane
+shows of each task stays whole and in order, and a task costs its events and one record, not a buffer that the flusher
+drains and forgets apart. The record keeps the task's name, not the task: a done task holds its result (a server's
+response, and its request with it), and a server's requests kept alive until the next drain cost it more than the rest
+of recording them together (their memory cold for each new request, where freed at once it is reused hot).
 
 ``Tracks`` does no locking of its own: its timeline calls it under the timeline's lock, except where a method says
 otherwise. ``task_buffers`` is one dict for the life of the tracks (emptied, never replaced): the recorder reads it
@@ -32,7 +34,7 @@ from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.greenlet_lanes import GreenletLanes, is_greenlet
 from ringtrace.client.recording.lanes import Lane, ThreadLanes
 from ringtrace.client.recording.sources import Source
-from ringtrace.client.recording.tasks_let_go import LetGo, TaskName, let_go, not_collecting
+from ringtrace.client.recording.tasks_let_go import LetGo, let_go, name_of, not_collecting
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
@@ -99,8 +101,8 @@ class TrackBuffer:
     """The events one track recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each.
 
     ``owner`` is the thread, or the asyncio task, that records into it. A lane's buffer serves its tasks in turn:
-    ``first_task`` is the task whose events come first in ``events`` (the drain moves it on as it takes them), and
-    each task after it begins with a ``TASK_SWITCH`` record.
+    ``first_task`` is the name of the task whose events come first in ``events`` (the drain moves it on as it takes
+    them), and each task after it begins with a ``TASK_SWITCH`` record holding its name.
     """
 
     __slots__ = ("events", "first_task", "owner", "records", "track")
@@ -111,7 +113,7 @@ class TrackBuffer:
         self.records = None if speedups is None else speedups.RecordBuffer()
         self.track = track
         self.owner: Owner = owner
-        self.first_task: Task[Any] | TaskName | None = owner if is_task(owner) else None
+        self.first_task: str | None = name_of(owner) if is_task(owner) else None  # (the name: see the top)
 
     def owner_alive(self) -> bool:
         owner = self.owner
@@ -222,7 +224,7 @@ class Tracks:
                 buffer = None  # (full: it stays in ``buffers`` until drained, and then ends; its lane goes on)
             else:
                 self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
-                buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
+                buffer.events.extend((TASK_SWITCH, name_of(task), 0, 0, None))
                 buffer.owner = task
                 if held == wake_at:  # the recorders wake it as they add an event there: none will be added there
                     FLUSHER.wake()

@@ -58,11 +58,12 @@ not_found:
     return NULL;
 }
 
-/* The buffer list of the first free lane of `lanes`, taken for `task` (a new reference), when the case above holds,
-   with the values it held before the switch in `*held`; else NULL, with no exception set when the case does not
+/* The buffer list of the first free lane of `lanes`, taken for `task` (a new reference, its switch's record holding
+   `name`), when the case above holds, with the values it held before the switch in `*held`; else NULL, with no exception set when the case does not
    hold (what could not be read here, the Python path reads again, and counts). Under the lock. */
 static PyObject *
-take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *loop, Py_ssize_t *held_values)
+take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *name, Py_ssize_t *held_values,
+                PyObject *loop)
 {
     ModuleState *state = self->state;
     PyObject **names = state->lane_names, *tracks, *lane = NULL, *held = NULL, *buffer = NULL, *had, *events = NULL;
@@ -88,7 +89,7 @@ take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *l
         PyErr_Clear();
     }
     values[0] = Py_NewRef(self->task_switch);
-    values[1] = Py_NewRef(task);
+    values[1] = Py_NewRef(name);
     values[2] = PyLong_FromLong(0);
     values[3] = PyLong_FromLong(0);
     values[4] = Py_NewRef(Py_None);
@@ -119,7 +120,7 @@ failed:
 PyObject *
 first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
 {
-    PyObject **names = self->state->lane_names, *lanes = self->lanes, *lock, *got, *events, *released;
+    PyObject **names = self->state->lane_names, *lanes = self->lanes, *lock, *got, *events, *released, *name;
     PyObject *type, *value, *traceback;
     Py_ssize_t held = -1;
     /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lanes.) */
@@ -128,9 +129,15 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
         self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
         return NULL;
     }
+    /* The name its switch's record keeps (tracks.name_of: the task itself would live on in it until the next drain),
+       asked before the lock is taken: a subclass's get_name runs Python code, which may record. */
+    if ((name = PyObject_CallMethodNoArgs(task, self->state->str_get_name)) == NULL) goto not_taken;
+    if (!PyUnicode_CheckExact(name)) Py_SETREF(name, PyObject_Str(name));
+    if (name == NULL) goto not_taken;
     Py_INCREF(lanes); /* (held from here: Python code the lock runs may replace the hint and let it go) */
     if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) {
         Py_DECREF(lanes);
+        Py_DECREF(name);
         goto not_taken;
     }
     got = PyObject_CallMethodOneArg(lock, names[LANE_ACQUIRE], Py_False); /* (without waiting: a lock held elsewhere
@@ -139,10 +146,12 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
         Py_XDECREF(got);
         Py_DECREF(lock);
         Py_DECREF(lanes);
+        Py_DECREF(name);
         goto not_taken;
     }
     Py_DECREF(got);
-    events = take_first_lane(self, lanes, task, loop, &held);
+    events = take_first_lane(self, lanes, task, name, &held, loop);
+    Py_DECREF(name);
     Py_DECREF(lanes);
     PyErr_Fetch(&type, &value, &traceback); /* (released whatever happened) */
     released = PyObject_CallMethodNoArgs(lock, names[LANE_RELEASE]);

@@ -130,11 +130,11 @@ item_at(PyObject *list, Py_ssize_t i)
     return PyList_GET_ITEM(list, i);
 }
 
-/* `task`'s name (task.get_name()), a new reference, or NULL with an exception set. */
+/* The name of `task` (a task, or its name: a str), a new reference, or NULL with an exception set. */
 static PyObject *
 task_name(ModuleState *state, PyObject *task)
 {
-    return PyObject_CallMethodNoArgs(task, state->str_get_name);
+    return PyUnicode_CheckExact(task) ? Py_NewRef(task) : PyObject_CallMethodNoArgs(task, state->str_get_name);
 }
 
 /* Whether every key of the dict `map` is a str (not a subclass): then a lookup or an insert in it runs no Python code

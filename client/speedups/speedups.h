@@ -115,7 +115,7 @@ typedef struct {
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name,
         *str_intern_walk;
-    PyObject *str_get_name, *str_task, *str_as_dict; /* runs.c: a task's get_name, the args' "task", as_dict */
+    PyObject *str_get_name, *str_task, *str_as_dict; /* runs.c, first_lane.c: a task's get_name; the args' "task", as_dict */
     PyObject *lane_names[LANE_NAMES]; /* first_lane.c: the attribute and method names it reads (see LaneName) */
     /* span_begin.c, from configure_spans(): traceparent.SpanContext, trace_context._Active and _ACTIVE, Python's
        random.getrandbits; the args' keys, and 64 (the bits a draw takes) */

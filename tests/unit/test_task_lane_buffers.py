@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.lanes import ThreadLanes
 from ringtrace.wire.model import ASYNC_TRACK, TrackInfo
 from waiting import wait_for
@@ -101,6 +102,40 @@ def test_a_lane_holds_its_bound_of_one_event_tasks_though_each_switch_takes_a_pl
     asyncio.run(one_after_another())
     assert timeline.flush(timeout_s=30)
     assert (len(listener.events), listener.dropped_events) == (100, 0)
+    timeline.close()
+
+
+def test_a_done_task_is_not_kept_alive_by_its_lane_until_the_drain_and_its_events_keep_its_name() -> None:
+    # A done task holds its result (a server's response, and its request with it): a lane's switch record that held
+    # the task kept every request of a flusher's interval alive, cold memory for each new request. The record holds
+    # the task's name: a done task lives no longer than the next task of its lane takes the lane.
+    listener = MemoryListener()
+    timeline = Timeline("done tasks", [listener])
+    tasks: list[weakref.ref[asyncio.Task[Any]]] = []
+
+    async def request(i: int) -> bytes:
+        with timeline.scope("request"):
+            timeline.instant("inside")
+        return b"a response" * i
+
+    async def one_after_another() -> None:
+        for i in range(20):
+            task = asyncio.create_task(request(i), name=f"request {i}")
+            tasks.append(weakref.ref(task))
+            await task
+            del task
+
+    with FLUSHER.sweeping():  # (no drain meanwhile: what the switch records hold stays held)
+        asyncio.run(one_after_another())
+        alive = [ref() for ref in tasks if ref() is not None]
+        assert len(alive) <= 1, [task.get_name() for task in alive if task is not None]
+        del alive
+    assert timeline.flush(timeout_s=30)
+    on_lane = [e for e in listener.events if e.track.kind == ASYNC_TRACK]
+    assert listener.dropped_events == 0
+    assert [e.args["task"] for e in on_lane if e.name == "request"] == [f"request {i}" for i in range(20)]
+    assert [e.args["task"] for e in on_lane if e.name == "inside"] == [f"request {i}" for i in range(20)]
+    assert len({e.track.track_id for e in on_lane}) == 1  # one lane served them all, a switch each
     timeline.close()
 
 

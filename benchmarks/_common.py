@@ -224,10 +224,11 @@ def core_wait_share(before: tuple[float, float], after: tuple[float, float]) -> 
     return (after[1] - before[1]) / max(after[0] - before[0], 1e-9)
 
 
-def process_cpu_s(pid: int) -> float:
-    """User and system CPU seconds process ``pid`` has used, all its threads (/proc/PID/stat); nan where unread."""
+def process_cpu_s(pid: int, thread: int | None = None) -> float:
+    """User and system CPU seconds process ``pid`` has used, all its threads (/proc/PID/stat), or its thread
+    ``thread`` alone (a native id: /proc/PID/task/TID/stat; its main thread's is ``pid``); nan where unread."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
+        with open(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return math.nan

@@ -7,9 +7,13 @@ Two programs (``workloads/``), each run fresh per round, the variants interleave
                  its work loop, and the CPU its process spent meanwhile (every thread's: the sampler, flusher and
                  streamer included; interpreter start and exit not counted)
   aiohttp server ``aiohttp_app.py`` loaded by ``http_load.py`` (a closed loop of keep-alive connections, never
-                 traced): requests/s answered, and the server process's CPU per request (/proc, every thread's); it
-                 frees a large block at start, as a server that has run a while has (the workload says why: without
-                 it, plain ``python`` mapped and unmapped a buffer on every read, and ``ringtrace run`` did not)
+                 traced): requests/s answered, and the server process's CPU per request (/proc, every thread's),
+                 and its main thread's alone (the event loop's: what recording makes the program's own thread
+                 spend, ringtrace's threads apart); it frees a large block at start, as a server that has run a
+                 while has (the workload says why: without it, plain ``python`` mapped and unmapped a buffer on
+                 every read, and ``ringtrace run`` did not). ``--pin`` runs the server on one core and the load and
+                 the collector on the other: on two cores their sharing moves the server's CPU a request from round
+                 to round
 
 Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``),
 ``run, sampling only`` (every integration off) and ``run, nothing on`` (both off: the baseline of sampling alone), to
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import socket
 import subprocess
@@ -46,6 +51,8 @@ HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
 RINGTRACE = str(Path(sys.executable).with_name("ringtrace"))
 TARGET = 1.02
+#: The core ``--pin`` gives the server.
+SERVER_CORE = 1
 
 
 def variants(address: str, split: bool = False, compare: str | None = None) -> dict[str, list[str]]:
@@ -105,14 +112,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_rps(command: list[str], seconds: float, connections: int) -> tuple[float, float]:
-    """Requests/s answered, and the server's CPU us a request."""
+def server_rps(command: list[str], seconds: float, connections: int, pin: bool) -> tuple[float, float, float]:
+    """Requests/s answered, the server's CPU us a request, and its main thread's (the event loop's: ringtrace's own
+    threads apart). ``pin``: the server on the second core (this process, the load and the collector on the first)."""
     port = free_port()
     server = subprocess.Popen(
         [*command, str(WORKLOADS / "aiohttp_app.py"), str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {SERVER_CORE})) if pin else None,
     )
     try:
         assert server.stdout is not None
@@ -120,7 +129,7 @@ def server_rps(command: list[str], seconds: float, connections: int) -> tuple[fl
         while server.stdout.readline().strip() != "listening":
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start: {command}")
-        cpu_before = process_cpu_s(server.pid)
+        cpu_before, main_before = process_cpu_s(server.pid), process_cpu_s(server.pid, server.pid)
         load = subprocess.run(
             [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
             capture_output=True,
@@ -129,7 +138,9 @@ def server_rps(command: list[str], seconds: float, connections: int) -> tuple[fl
             check=True,
         )
         rps = float(load.stdout.split()[1])
-        return rps, (process_cpu_s(server.pid) - cpu_before) / (rps * seconds) * 1e6
+        per_request = 1e6 / (rps * seconds)
+        main_s = process_cpu_s(server.pid, server.pid) - main_before
+        return rps, (process_cpu_s(server.pid) - cpu_before) * per_request, main_s * per_request
     finally:
         stop_process(server)
 
@@ -147,7 +158,14 @@ def main() -> int:
         "--split", action="store_true", help="add the aiohttp-server integration alone, and all but it (no sampling)"
     )
     parser.add_argument("--compare", metavar="PYTHON", help="add the defaults under this interpreter's ringtrace")
+    parser.add_argument(
+        "--pin", action="store_true", help="the server on one core, the rest (load, collector) on another"
+    )
     args = parser.parse_args()
+    if args.pin:
+        if len(os.sched_getaffinity(0)) < 2 or {0, SERVER_CORE} - os.sched_getaffinity(0):
+            parser.error(f"--pin needs cores 0 and {SERVER_CORE}; this process may run on {os.sched_getaffinity(0)}")
+        os.sched_setaffinity(0, {0})  # (the load and the collector, started from here, inherit it)
     if args.quick:
         args.rounds, args.batches, args.seconds = 2, 100, 2.0
     nan = float("nan")
@@ -159,20 +177,23 @@ def main() -> int:
             else interleave({name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}, args.rounds)
         )
         rps = (
-            {name: [(nan, nan)] for name in commands}
+            {name: [(nan, nan, nan)] for name in commands}
             if args.no_server
             else interleave(
-                {name: lambda c=c: server_rps(c, args.seconds, args.connections) for name, c in commands.items()},
+                {
+                    name: lambda c=c: server_rps(c, args.seconds, args.connections, args.pin)
+                    for name, c in commands.items()
+                },
                 args.rounds,
             )
         )
     # Per variant, the median of each figure: cpu mix s, its CPU s, its main thread's CPU s and waits; req/s, us/req.
     mix = {name: [median([run[i] for run in runs]) for i in range(4)] for name, runs in times.items()}
-    server = {name: [median([run[i] for run in runs]) for i in range(2)] for name, runs in rps.items()}
+    server = {name: [median([run[i] for run in runs]) for i in range(3)] for name, runs in rps.items()}
     base, base_server = mix["python"], server["python"]
 
     def costs(name: str) -> tuple[float, float, float, float, float]:
-        (time_s, cpu_s, main_s, _), (rate, us) = mix[name], server[name]
+        (time_s, cpu_s, main_s, _), (rate, us, _) = mix[name], server[name]
         return (
             time_s / base[0],
             cpu_s / base[1],
@@ -193,6 +214,7 @@ def main() -> int:
             f"{costs(name)[3]:.3f}",
             f"{server[name][1]:.1f}",
             f"{costs(name)[4]:.3f}",
+            f"{server[name][2]:.1f}",
         ]
         for name in commands
     ]
@@ -209,6 +231,7 @@ def main() -> int:
                 "cost",
                 "CPU us/req",
                 "CPU cost",
+                "main us/req",
             ],
             rows,
             f"Always-on defaults, {args.rounds} rounds (cost: x python; target <= {TARGET})",

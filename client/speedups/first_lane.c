@@ -58,12 +58,13 @@ not_found:
     return NULL;
 }
 
-/* The buffer list of the first free lane of `lanes`, taken for `task` (a new reference, its switch's record holding
-   `name`), when the case above holds, with the values it held before the switch in `*held`; else NULL, with no exception set when the case does not
-   hold (what could not be read here, the Python path reads again, and counts). Under the lock. */
+/* The buffer list of the first free lane of `lanes`, taken for `task` (a new reference; its switch's record holds
+   `name`, the task's), when the case above holds, with the values it held before the switch in `*held`; else NULL,
+   with no exception set when the case does not hold (what could not be read here, the Python path reads again, and
+   counts). Under the lock. */
 static PyObject *
-take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *name, Py_ssize_t *held_values,
-                PyObject *loop)
+take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *loop, PyObject *name,
+                Py_ssize_t *held_values)
 {
     ModuleState *state = self->state;
     PyObject **names = state->lane_names, *tracks, *lane = NULL, *held = NULL, *buffer = NULL, *had, *events = NULL;
@@ -115,25 +116,57 @@ failed:
     return NULL;
 }
 
-/* The buffer list of the lane `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
-   case above holds; NULL with no exception set when it does not (the Python path takes the task), or with one. */
-PyObject *
-first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
+/* Whether `task` is an _asyncio.Task, whose get_name runs no Python code (a subclass's may record: the Python path,
+   which takes a lane ready for that, asks it). _asyncio is imported by then (a loop runs): looked up, not imported. */
+static int
+is_c_task(ModuleState *state, PyObject *task)
 {
-    PyObject **names = self->state->lane_names, *lanes = self->lanes, *lock, *got, *events, *released, *name;
-    PyObject *type, *value, *traceback;
-    Py_ssize_t held = -1;
+    PyObject *module;
+    if (state->c_task_type == NULL) {
+        if ((module = PyImport_GetModule(state->str_c_asyncio)) == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        state->c_task_type = PyObject_GetAttrString(module, "Task");
+        Py_DECREF(module);
+        if (state->c_task_type == NULL || !PyType_Check(state->c_task_type)) {
+            PyErr_Clear();
+            Py_CLEAR(state->c_task_type);
+            return 0;
+        }
+    }
+    return Py_IS_TYPE(task, (PyTypeObject *)state->c_task_type);
+}
+
+/* The running thread's lanes, as the hint has them (borrowed), where the case above can hold; else NULL. */
+static PyObject *
+hinted_lanes(RecorderCore *self)
+{
+    PyObject *lanes = self->lanes;
     /* (Not where threads share a thread state, gevent's greenlets: the id would not tell this thread's lanes.) */
     if (lanes == NULL || !PyList_CheckExact(lanes) || !self->cache_threads ||
         self->lanes_thread != PyThreadState_GetID(PyThreadState_Get()) || self->task_switch == NULL ||
         self->task_buffers == NULL || !PyDict_CheckExact(self->task_buffers)) {
         return NULL;
     }
-    /* The name its switch's record keeps (tracks.name_of: the task itself would live on in it until the next drain),
-       asked before the lock is taken: a subclass's get_name runs Python code, which may record. */
+    return lanes;
+}
+
+/* The buffer list of the lane `task` (running on `loop`, with no buffer yet) takes here (a new reference), when the
+   case above holds; NULL with no exception set when it does not (the Python path takes the task), or with one. */
+PyObject *
+first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
+{
+    PyObject **names = self->state->lane_names, *lanes, *lock, *got, *events, *released, *name;
+    PyObject *type, *value, *traceback;
+    Py_ssize_t held = -1;
+    if ((lanes = hinted_lanes(self)) == NULL || !is_c_task(self->state, task)) return NULL;
+    /* The name its switch's record keeps (tracks.name_of: the task itself would live on in it until the next drain) */
     if ((name = PyObject_CallMethodNoArgs(task, self->state->str_get_name)) == NULL) goto not_taken;
-    if (!PyUnicode_CheckExact(name)) Py_SETREF(name, PyObject_Str(name));
-    if (name == NULL) goto not_taken;
+    if (!PyUnicode_CheckExact(name)) {
+        Py_DECREF(name);
+        return NULL; /* (the Python path's to make a str of) */
+    }
     Py_INCREF(lanes); /* (held from here: Python code the lock runs may replace the hint and let it go) */
     if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) {
         Py_DECREF(lanes);
@@ -150,7 +183,7 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
         goto not_taken;
     }
     Py_DECREF(got);
-    events = take_first_lane(self, lanes, task, name, &held, loop);
+    events = take_first_lane(self, lanes, task, loop, name, &held);
     Py_DECREF(name);
     Py_DECREF(lanes);
     PyErr_Fetch(&type, &value, &traceback); /* (released whatever happened) */

@@ -83,6 +83,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->segment_type);
     Py_VISIT(state->labels);
     Py_VISIT(state->current_tasks);
+    Py_VISIT(state->c_task_type);
     Py_VISIT(state->label_ids);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
@@ -120,6 +121,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->loop_holder_type);
     Py_CLEAR(state->wake);
     Py_CLEAR(state->current_tasks);
+    Py_CLEAR(state->c_task_type);
     Py_CLEAR(state->str_events);
     Py_CLEAR(state->str_lane_events);
     Py_CLEAR(state->span_kind);
@@ -144,6 +146,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_extend);
     Py_CLEAR(state->empty_name);
     Py_CLEAR(state->str_get_name);
+    Py_CLEAR(state->str_c_asyncio);
     Py_CLEAR(state->str_task);
     Py_CLEAR(state->str_as_dict);
     for (int i = 0; i < LANE_NAMES; i++) {
@@ -258,7 +261,8 @@ module_exec(PyObject *module)
     state->str_get_name = PyUnicode_InternFromString("get_name");
     state->str_task = PyUnicode_InternFromString("task");
     state->str_as_dict = PyUnicode_InternFromString("as_dict");
-    if (!state->str_get_name || !state->str_task || !state->str_as_dict) return -1;
+    state->str_c_asyncio = PyUnicode_InternFromString("_asyncio");
+    if (!state->str_get_name || !state->str_task || !state->str_as_dict || !state->str_c_asyncio) return -1;
     {
         static const char *const lane_names[LANE_NAMES] = {
             [LANE_LOCK] = "_lock",   [LANE_TRACKS] = "_tracks", [LANE_TAKING] = "taking_lane",

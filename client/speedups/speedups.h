@@ -105,6 +105,7 @@ typedef struct {
     uint64_t loop_free_version; /* ...as it was then (see running_loop) */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *current_tasks;    /* asyncio's running task of each loop (asyncio.tasks._current_tasks), or NULL */
+    PyObject *c_task_type;      /* first_lane.c: _asyncio.Task (its get_name runs no Python code), once read */
     PyObject *str_events;       /* "events": a track buffer's list */
     PyObject *str_lane_events;  /* "_lane_events": the slow path of a task with no buffer yet */
     PyObject *span_kind;        /* model.SPAN */
@@ -115,7 +116,8 @@ typedef struct {
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name,
         *str_intern_walk;
-    PyObject *str_get_name, *str_task, *str_as_dict; /* runs.c, first_lane.c: a task's get_name; the args' "task", as_dict */
+    /* runs.c, first_lane.c: a task's get_name; the args' "task", as_dict; "_asyncio" (is_c_task) */
+    PyObject *str_get_name, *str_task, *str_as_dict, *str_c_asyncio;
     PyObject *lane_names[LANE_NAMES]; /* first_lane.c: the attribute and method names it reads (see LaneName) */
     /* span_begin.c, from configure_spans(): traceparent.SpanContext, trace_context._Active and _ACTIVE, Python's
        random.getrandbits; the args' keys, and 64 (the bits a draw takes) */

@@ -139,6 +139,39 @@ def test_a_done_task_is_not_kept_alive_by_its_lane_until_the_drain_and_its_event
     timeline.close()
 
 
+def test_tasks_whose_name_is_asked_of_code_that_records_take_their_lanes_and_lose_nothing() -> None:
+    # A lane's switch record asks the task its name as the task takes the lane: a Task subclass's get_name is Python
+    # code, which may record (here, into the lane being taken), and must neither hang nor lose an event.
+    listener = MemoryListener()
+    timeline = Timeline("named by code that records", [listener])
+
+    class Talkative(asyncio.Task):  # type: ignore[type-arg]
+        def get_name(self) -> str:
+            timeline.instant("asked its name")
+            return "talkative " + super().get_name()
+
+    async def request() -> None:
+        with timeline.scope("request"):
+            timeline.instant("inside")
+
+    async def one_after_another() -> None:
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: Talkative(coro, loop=loop, **kw))
+        for i in range(5):
+            await asyncio.create_task(request(), name=f"request {i}")
+
+    thread = threading.Thread(target=asyncio.run, args=(one_after_another(),), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "taking a lane hung"
+    assert timeline.flush(timeout_s=30)
+    assert listener.dropped_events == 0
+    on_lane = [e for e in listener.events if e.track.kind == ASYNC_TRACK and e.name in ("request", "inside")]
+    assert [e.args["task"] for e in on_lane if e.name == "request"] == [f"talkative request {i}" for i in range(5)]
+    assert [e.args["task"] for e in on_lane if e.name == "inside"] == [f"talkative request {i}" for i in range(5)]
+    assert any(e.name == "asked its name" for e in listener.events)
+    timeline.close()
+
+
 def test_each_new_task_takes_the_first_free_lane_whichever_lane_the_task_before_it_took() -> None:
     """The lane a server's next request takes (the first, its task before done: the C recorder takes it in C) and
     the cases it must leave to the full look: the first lane's task still running, a drain between two tasks, a

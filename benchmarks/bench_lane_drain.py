@@ -12,7 +12,6 @@ the flusher's time, more than the encoding of the events.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 
@@ -24,21 +23,13 @@ from ringtrace.wire.model import INSTANT, SPAN
 
 
 def lane_run(requests: int) -> tuple[list[object], object]:
-    """A lane's run of ``requests`` requests, each a task (a switch, the first's aside) and a server span's args."""
-
-    async def nothing() -> None:
-        pass
-
-    async def tasks() -> list[asyncio.Task[None]]:
-        made = [asyncio.create_task(nothing(), name=f"Task-{i}") for i in range(requests)]
-        await asyncio.gather(*made)
-        return made
-
-    made = asyncio.run(tasks())
+    """A lane's run of ``requests`` requests, each a task (a switch, the first's aside: its name, as the recorders keep
+    it) and a server span's args; and the lane's first task's name."""
+    names = [f"Task-{i}" for i in range(requests)]
     run: list[object] = []
-    for i, task in enumerate(made):
+    for i, name in enumerate(names):
         if i:
-            run += [TASK_SWITCH, task, None, None, None]
+            run += [TASK_SWITCH, name, None, None, None]
         args = {
             "method": "GET",
             "path": "/prices",
@@ -49,7 +40,7 @@ def lane_run(requests: int) -> tuple[list[object], object]:
             "kind": "server",
         }
         run += [SPAN, "GET /prices", 1_000 + i, 2_000 + i, args]
-    return run, made[0]
+    return run, names[0]
 
 
 def bench(requests: int, rounds: int) -> int:

@@ -50,10 +50,14 @@ class LetGo:
 
 
 def name_of(task: Task[Any]) -> str:
-    """``task``'s name, as what names its events without keeping it alive holds it (a str: a subclass's ``get_name``
-    may answer anything)."""
-    name = task.get_name()
-    return name if type(name) is str else str(name)
+    """``task``'s name, as what names its events without keeping it alive holds it: its type's ``get_name``'s (not an
+    attribute of the instance's, as the C recorder asks it), a str (a subclass's may answer anything, or raise: the
+    recording it is asked for never raises into the program)."""
+    try:
+        name = type(task).get_name(task)
+        return name if type(name) is str else str.__str__(str(name))
+    except Exception as error:
+        return f"{type(task).__name__} (its get_name raised {type(error).__name__})"
 
 
 def not_collecting() -> None:

@@ -116,26 +116,35 @@ failed:
     return NULL;
 }
 
-/* Whether `task` is an _asyncio.Task, whose get_name runs no Python code (a subclass's may record: the Python path,
-   which takes a lane ready for that, asks it). _asyncio is imported by then (a loop runs): looked up, not imported. */
-static int
-is_c_task(ModuleState *state, PyObject *task)
+/* The name of `task` (a new reference) where it is an _asyncio.Task, asked of its type's get_name as tracks.name_of
+   asks it (not of an attribute of the instance's), which runs no Python code; else NULL, with no exception set: a
+   subclass's get_name may run code that records, and the Python path, which takes a lane ready for that, asks it.
+   _asyncio is imported by then (a loop runs): looked up, not imported. */
+static PyObject *
+c_task_name(ModuleState *state, PyObject *task)
 {
-    PyObject *module;
-    if (state->c_task_type == NULL) {
+    PyObject *module, *name;
+    if (state->c_task_get_name == NULL) {
         if ((module = PyImport_GetModule(state->str_c_asyncio)) == NULL) {
             PyErr_Clear();
-            return 0;
+            return NULL;
         }
         state->c_task_type = PyObject_GetAttrString(module, "Task");
         Py_DECREF(module);
-        if (state->c_task_type == NULL || !PyType_Check(state->c_task_type)) {
+        if (state->c_task_type == NULL || !PyType_Check(state->c_task_type) ||
+            (state->c_task_get_name = PyObject_GetAttr(state->c_task_type, state->str_get_name)) == NULL) {
             PyErr_Clear();
             Py_CLEAR(state->c_task_type);
-            return 0;
+            return NULL;
         }
     }
-    return Py_IS_TYPE(task, (PyTypeObject *)state->c_task_type);
+    if (!Py_IS_TYPE(task, (PyTypeObject *)state->c_task_type)) return NULL;
+    if ((name = PyObject_CallOneArg(state->c_task_get_name, task)) == NULL || !PyUnicode_CheckExact(name)) {
+        Py_XDECREF(name);
+        PyErr_Clear(); /* (the Python path's to ask again, and to name it all the same) */
+        return NULL;
+    }
+    return name;
 }
 
 /* The running thread's lanes, as the hint has them (borrowed), where the case above can hold; else NULL. */
@@ -160,12 +169,11 @@ first_lane_events(RecorderCore *self, PyObject *task, PyObject *loop)
     PyObject **names = self->state->lane_names, *lanes, *lock, *got, *events, *released, *name;
     PyObject *type, *value, *traceback;
     Py_ssize_t held = -1;
-    if ((lanes = hinted_lanes(self)) == NULL || !is_c_task(self->state, task)) return NULL;
     /* The name its switch's record keeps (tracks.name_of: the task itself would live on in it until the next drain) */
-    if ((name = PyObject_CallMethodNoArgs(task, self->state->str_get_name)) == NULL) goto not_taken;
-    if (!PyUnicode_CheckExact(name)) {
+    if (hinted_lanes(self) == NULL || (name = c_task_name(self->state, task)) == NULL) return NULL;
+    if ((lanes = hinted_lanes(self)) == NULL) { /* (read again after the first look at _asyncio, which got attributes) */
         Py_DECREF(name);
-        return NULL; /* (the Python path's to make a str of) */
+        return NULL;
     }
     Py_INCREF(lanes); /* (held from here: Python code the lock runs may replace the hint and let it go) */
     if ((lock = PyObject_GetAttr((PyObject *)self, names[LANE_LOCK])) == NULL) {

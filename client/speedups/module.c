@@ -84,6 +84,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->labels);
     Py_VISIT(state->current_tasks);
     Py_VISIT(state->c_task_type);
+    Py_VISIT(state->c_task_get_name);
     Py_VISIT(state->label_ids);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
@@ -122,6 +123,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->wake);
     Py_CLEAR(state->current_tasks);
     Py_CLEAR(state->c_task_type);
+    Py_CLEAR(state->c_task_get_name);
     Py_CLEAR(state->str_events);
     Py_CLEAR(state->str_lane_events);
     Py_CLEAR(state->span_kind);

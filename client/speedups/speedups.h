@@ -105,7 +105,7 @@ typedef struct {
     uint64_t loop_free_version; /* ...as it was then (see running_loop) */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *current_tasks;    /* asyncio's running task of each loop (asyncio.tasks._current_tasks), or NULL */
-    PyObject *c_task_type;      /* first_lane.c: _asyncio.Task (its get_name runs no Python code), once read */
+    PyObject *c_task_type, *c_task_get_name; /* first_lane.c: _asyncio.Task and its get_name (no Python code runs) */
     PyObject *str_events;       /* "events": a track buffer's list */
     PyObject *str_lane_events;  /* "_lane_events": the slow path of a task with no buffer yet */
     PyObject *span_kind;        /* model.SPAN */

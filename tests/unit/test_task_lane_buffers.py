@@ -12,6 +12,7 @@ import sys
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -169,6 +170,75 @@ def test_tasks_whose_name_is_asked_of_code_that_records_take_their_lanes_and_los
     assert [e.args["task"] for e in on_lane if e.name == "request"] == [f"talkative request {i}" for i in range(5)]
     assert [e.args["task"] for e in on_lane if e.name == "inside"] == [f"talkative request {i}" for i in range(5)]
     assert any(e.name == "asked its name" for e in listener.events)
+    timeline.close()
+
+
+class RichName(str):
+    """A name type whose ``__str__`` answers itself: a str, but not one."""
+
+    def __str__(self) -> str:
+        return self
+
+
+def _odd_name_factories() -> dict[str, tuple[Any, Callable[[int], str]]]:
+    """Task factories whose tasks answer ``get_name`` oddly, each with the ``task`` arg its i-th task's events get."""
+
+    class RichlyNamed(asyncio.Task):  # type: ignore[type-arg]
+        def get_name(self) -> str:
+            return RichName("rich " + super().get_name())
+
+    class Numbered(asyncio.Task):  # type: ignore[type-arg]
+        def get_name(self) -> Any:
+            return 42
+
+    class Nameless(asyncio.Task):  # type: ignore[type-arg]
+        def get_name(self) -> str:
+            raise RuntimeError("no name")
+
+    def answered_by_the_instance(loop: Any, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **kw)
+        task.get_name = lambda: "the instance's"  # type: ignore[method-assign]  # (not the type's: not asked)
+        return task
+
+    return {
+        "str-subclass": (lambda loop, coro, **kw: RichlyNamed(coro, loop=loop, **kw), lambda i: f"rich request {i}"),
+        "not-a-str": (lambda loop, coro, **kw: Numbered(coro, loop=loop, **kw), lambda i: "42"),
+        "raises": (
+            lambda loop, coro, **kw: Nameless(coro, loop=loop, **kw),
+            lambda i: "Nameless (its get_name raised RuntimeError)",
+        ),
+        "instance-attribute": (answered_by_the_instance, lambda i: f"request {i}"),
+    }
+
+
+@pytest.mark.parametrize("odd", list(_odd_name_factories()))
+def test_tasks_whose_get_name_answers_oddly_are_named_by_a_str_and_nothing_raises_or_is_lost(odd: str) -> None:
+    # What a lane keeps of a task is a str: a name that is a str subclass, or no str, or raises, loses no event (the
+    # drain once called get_name on a name that was not exactly a str, and lost its whole pass), and raises nothing
+    # into the program; an instance's get_name attribute is not asked (it may record into the lane being taken).
+    factory, name = _odd_name_factories()[odd]
+    listener = MemoryListener()
+    timeline = Timeline("odd names", [listener])
+
+    async def request() -> None:
+        with timeline.scope("request"):
+            timeline.instant("inside")
+
+    async def one_after_another() -> None:
+        asyncio.get_running_loop().set_task_factory(factory)
+        for i in range(4):
+            await asyncio.create_task(request(), name=f"request {i}")
+
+    timeline.instant("on the thread")
+    asyncio.run(one_after_another())  # (raises nothing)
+    assert timeline.flush(timeout_s=30)
+    assert listener.dropped_events == 0
+    on_lane = [e for e in listener.events if e.track.kind == ASYNC_TRACK]
+    assert [(e.name, e.args["task"]) for e in on_lane] == [
+        (n, name(i)) for i in range(4) for n in ("inside", "request")
+    ]
+    assert all(type(e.args["task"]) is str for e in on_lane)
+    assert [e.name for e in listener.events if e.track.kind != ASYNC_TRACK] == ["on the thread"]
     timeline.close()
 
 

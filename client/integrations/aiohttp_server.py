@@ -17,15 +17,19 @@ begins named by its path and is labelled with its route as it ends (a scope's ``
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
+from ringtrace.client.accelerator import speedups
 from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
-from ringtrace.client.recording.trace_context import OpenSpan, close_span, open_span
+from ringtrace.client.recording.trace_context import close_span, open_span
 
 if TYPE_CHECKING:
+    import contextvars
+
     from ringtrace.client.recording.timelines import Timeline
 
 __all__ = ["install", "middleware"]
@@ -33,99 +37,124 @@ __all__ = ["install", "middleware"]
 _Handler = Callable[[Any], Awaitable[Any]]
 #: The (method, route) pairs whose label is kept: a server's routes and methods, with room to spare.
 _NAMED: Final = 4096
-_serving = SERVING.get
+#: A request's span as ``begin`` began it: ``open_span``'s, and the token of ``SERVING`` set for it.
+ServerSpan: TypeAlias = "tuple[Any, dict[str, Any], contextvars.Token[Any], Any, contextvars.Token[bool]]"
 
 
-class _ServerSpans:
-    """Begins and ends the server span of each request of a timeline's (see the module's docstring)."""
+class ServerSpans(NamedTuple):
+    """What the server spans of a timeline's applications share (``begin`` and ``end`` take it first)."""
 
-    __slots__ = ("_answers", "_named", "_scope_of")
+    #: What ``Timeline.server_span`` makes its span with (one call less).
+    scope_of: Callable[[object, dict[str, Any]], Any]
+    #: aiohttp's ``HTTPException``: raised, it is a response.
+    answers: type | tuple[type, ...]
+    #: The label and the route of each (method, matched route) seen: a server's routes are few and fixed once it
+    #: serves, and reading a route's pattern and formatting the label cost a request about a microsecond.
+    named: dict[tuple[str, object], tuple[str, str]]
 
-    def __init__(self, timeline: Timeline) -> None:
-        #: aiohttp's ``HTTPException``: raised, it is a response.
-        self._answers = getattr(sys.modules.get("aiohttp.web"), "HTTPException", ())
-        #: The label and the route of each (method, matched route) seen: a server's routes are few and fixed once it
-        #: serves, and reading a route's pattern and formatting the label cost a request about a microsecond.
-        self._named: dict[tuple[str, object], tuple[str, str]] = {}
-        self._scope_of = timeline._scope_of  # (what ``Timeline.server_span`` makes its span with: one call less)
 
-    def begin(self, request: Any) -> OpenSpan | None:
-        """``request``'s span, begun and named by its path until ``end`` (its route is matched after it begins);
-        None for a request that cannot be read (served unrecorded)."""
-        try:
-            path = request.path
-            headers = request.headers
-            args = {"method": request.method, "path": path, "route": path, "response": {}}
-            if headers.get("traceparent") is None:  # (aiohttp's headers, looked up in any case: no caller's span)
-                headers = None
-            return open_span(self._scope_of, path, "server", headers, args)
-        except Exception:
+def _spans_of(timeline: Timeline) -> ServerSpans:
+    return ServerSpans(timeline._scope_of, getattr(sys.modules.get("aiohttp.web"), "HTTPException", ()), {})
+
+
+def begin_in_python(spans: ServerSpans, request: Any) -> ServerSpan | None:
+    """``begin`` in Python (the C recorder's is its twin): ``request``'s span, begun and named by its path until
+    ``end`` (its route is matched after it begins); None inside another's (an app inside another, a middleware given
+    under a recorded app) and for a request that cannot be read (served unrecorded)."""
+    if SERVING.get():
+        return None
+    serving = SERVING.set(True)
+    try:
+        path = request.path
+        headers = request.headers
+        args = {"method": request.method, "path": path, "route": path, "response": {}}
+        if headers.get("traceparent") is None:  # (aiohttp's headers, looked up in any case: no caller's span)
+            headers = None
+        scope, args, token, context = open_span(spans.scope_of, path, "server", headers, args)
+    except BaseException as exc:
+        SERVING.reset(serving)
+        if isinstance(exc, Exception):
             return None
+        raise
+    return scope, args, token, context, serving
 
-    def end(self, span: OpenSpan, request: Any, result: Any, exc: BaseException | None) -> None:
-        """The request was answered with ``result``, or raised ``exc``: the span is labelled with its route and
-        ends."""
-        scope, args, token, context = span
-        try:
-            response = args["response"]
-            if exc is None:
-                response["status"] = getattr(result, "status", None)
-            else:
-                status = getattr(exc, "status", None) if isinstance(exc, self._answers) else None
-                if type(status) is int:  # (not another exception's status: an upstream's, say, answered with a 500)
-                    response["status"] = status
-                if type(status) is int and status < 500:  # (a 404 or a redirect, raised: an answer, not an error)
-                    exc = None
-                else:
-                    response["error"] = error_text(exc)
-            scope.label, args["route"] = self._label(request)
-        except Exception:  # (a request's odd state: the span ends with what was filled in so far)
-            pass
+
+def end_in_python(spans: ServerSpans, span: ServerSpan, request: Any, result: Any, exc: BaseException | None) -> None:
+    """``end`` in Python (the C recorder's is its twin): the request was answered with ``result``, or raised
+    ``exc``: the span is labelled with its route and ends."""
+    scope, args, token, context, serving = span
+    with contextlib.suppress(ValueError, RuntimeError):  # (another context's: nothing of this one's to reset)
+        SERVING.reset(serving)
+    try:
+        response = args["response"]
         if exc is None:
-            close_span(scope, token, context, None, None, None)
+            response["status"] = getattr(result, "status", None)
         else:
-            close_span(scope, token, context, type(exc), exc, exc.__traceback__)
+            status = getattr(exc, "status", None) if isinstance(exc, spans.answers) else None
+            if type(status) is int:  # (not another exception's status: an upstream's, say, answered with a 500)
+                response["status"] = status
+            if type(status) is int and status < 500:  # (a 404 or a redirect, raised: an answer, not an error)
+                exc = None
+            else:
+                response["error"] = error_text(exc)
+        scope.label, args["route"] = label_of(spans, request)
+    except Exception:  # (a request's odd state: the span ends with what was filled in so far)
+        pass
+    if exc is None:
+        close_span(scope, token, context, None, None, None)
+    else:
+        close_span(scope, token, context, type(exc), exc, exc.__traceback__)
 
-    def _label(self, request: Any) -> tuple[str, str]:
-        """The label and the route of ``request``, matched to a route (its resource's canonical path; the path when
-        none matched, or matching it raised)."""
-        method = request.method
-        try:
-            route_object = request.match_info.route
-        except Exception:  # (no route: resolving it raised, an HTTPException or another; aiohttp asserts it is set)
-            route_object = None
-        found = self._named.get((method, route_object))
-        if found is not None:
-            return found
-        resource = getattr(route_object, "resource", None)
-        if resource is None:  # (each request that matched none has a route object of its own: not kept)
-            path = request.path
-            return server_label(method, path), path
-        route = resource.canonical
-        found = server_label(method, route), route
-        if len(self._named) < _NAMED:
-            self._named[method, route_object] = found
+
+def label_of(spans: ServerSpans, request: Any) -> tuple[str, str]:
+    """The label and the route of ``request``, matched to a route (its resource's canonical path; the path when none
+    matched, or matching it raised)."""
+    method = request.method
+    try:
+        route_object = request.match_info.route
+    except Exception:  # (no route: resolving it raised, an HTTPException or another; aiohttp asserts it is set)
+        route_object = None
+    found = spans.named.get((method, route_object))
+    if found is not None:
         return found
+    return new_label(spans, request, method, route_object)
 
 
-def _recording(spans: _ServerSpans, serve: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Any]:
+def new_label(spans: ServerSpans, request: Any, method: str, route_object: object) -> tuple[str, str]:
+    """``label_of`` for a (method, route object) not labelled before: kept for the next request of that route."""
+    resource = getattr(route_object, "resource", None)
+    if resource is None:  # (each request that matched none has a route object of its own: not kept)
+        path = request.path
+        return server_label(method, path), path
+    route = resource.canonical
+    found = server_label(method, route), route
+    if len(spans.named) < _NAMED:
+        spans.named[method, route_object] = found
+    return found
+
+
+#: The twins: in C where the recorder is built (a server's every request begins and ends a span).
+begin: Callable[[ServerSpans, Any], ServerSpan | None] = begin_in_python
+end: Callable[[ServerSpans, ServerSpan, Any, Any, BaseException | None], None] = end_in_python
+if speedups is not None:
+    speedups.configure_server_spans(SERVING, new_label, error_text)
+    begin, end = speedups.begin_server_span, speedups.end_server_span
+
+
+def _recording(spans: ServerSpans, serve: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Any]:
     """``serve(first, request)`` (``Application._handle(self, request)``, say), each request in its span."""
+    begin_span, end_span = begin, end  # (the twins chosen at import; locals: no global lookup a request)
 
     async def recorded(first: Any, request: Any) -> Any:
-        if _serving():
-            return await serve(first, request)
-        span = spans.begin(request)
+        span = begin_span(spans, request)
         if span is None:
             return await serve(first, request)
-        token = SERVING.set(True)
         try:
             result = await serve(first, request)
         except BaseException as exc:
-            spans.end(span, request, None, exc)
+            end_span(spans, span, request, None, exc)
             raise
-        finally:
-            SERVING.reset(token)
-        spans.end(span, request, result, None)
+        end_span(spans, span, request, result, None)
         return result
 
     return recorded
@@ -138,7 +167,7 @@ def _call(handler: _Handler, request: Any) -> Awaitable[Any]:
 def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
     """An aiohttp middleware recording a server span per request into ``timeline`` (see the module's docstring):
     ``web.Application(middlewares=[middleware(tl)])``, for an application served where the integration is off."""
-    recorded = _recording(_ServerSpans(timeline), _call)
+    recorded = _recording(_spans_of(timeline), _call)
 
     def ringtrace_server_span(request: Any, handler: _Handler) -> Awaitable[Any]:
         return recorded(handler, request)  # type: ignore[no-any-return]
@@ -152,5 +181,5 @@ def install(timeline: Timeline) -> None:
     application = sys.modules["aiohttp.web"].Application
     if not inspect.iscoroutinefunction(getattr(application, "_handle", None)):
         raise RuntimeError("aiohttp's web.Application._handle is not a coroutine function: this aiohttp is unknown")
-    spans = _ServerSpans(timeline)
+    spans = _spans_of(timeline)
     patch(application, "_handle", lambda handle: _recording(spans, handle))

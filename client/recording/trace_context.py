@@ -243,13 +243,13 @@ class TraceScope:
         close_span(scope, token, context, exc_type, exc, tb)
 
 
-def open_span(
+def open_span_in_python(
     make_scope: Callable[[object, dict[str, Any]], Any], label: object, kind: str, headers: Any, args: dict[str, Any]
 ) -> OpenSpan:
-    """A span of a trace begun and entered (``TraceScope``'s entry, for an integration that begins and ends a span
-    in one place: no object kept but the tuple): the plain scope entered, its args (``args`` with the span's ids: add
-    to them before it ends, a relabel's), the token of the current span set to it, and its context. End it with
-    ``close_span``."""
+    """``open_span`` in Python (the C recorder's is its twin): a span of a trace begun and entered (``TraceScope``'s
+    entry, for an integration that begins and ends a span in one place: no object kept but the tuple): the plain scope
+    entered, its args (``args`` with the span's ids: add to them before it ends, a relabel's), the token of the current
+    span set to it, and its context. End it with ``close_span``."""
     # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
     # looked for here: most programs have none, and a call is a good part of a span's cost).
     otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
@@ -268,7 +268,7 @@ def open_span(
     return scope, args, token, context
 
 
-def close_span(
+def close_span_in_python(
     scope: Any,
     token: contextvars.Token[_Active | None],
     context: SpanContext | None,
@@ -276,8 +276,9 @@ def close_span(
     exc: BaseException | None,
     tb: TracebackType | None,
 ) -> None:
-    """End the span ``open_span`` began (its scope, token and context): the current span is again the one it began
-    in, and its plain scope exits with the exception it ends with, if any."""
+    """``close_span`` in Python (the C recorder's is its twin): end the span ``open_span`` began (its scope, token and
+    context): the current span is again the one it began in, and its plain scope exits with the exception it ends
+    with, if any."""
     try:
         _ACTIVE.reset(token)
     except (ValueError, RuntimeError):  # exited in another context (another task, a generator finalised elsewhere)
@@ -342,3 +343,24 @@ def _is_mapping(headers: object) -> bool:
         if len(_MAPPING_TYPES) < _MAPPING_TYPES_KEPT:
             _MAPPING_TYPES[kind] = known
     return known
+
+
+#: The twins: in C where the recorder is built (a server's every request opens and closes a span).
+open_span: Callable[..., OpenSpan] = open_span_in_python
+close_span: Callable[..., None] = close_span_in_python
+if speedups is not None:
+    # What is rare, the C twins ask of the Python side: OpenTelemetry in the program, a caller's traceparent, a span
+    # ended in another context, the current span where one has been.
+    speedups.configure_open_span(
+        _modules,
+        OTEL_TRACE,
+        _ENDED_ELSEWHERE_ENTRIES,
+        _INCOMING,
+        _OUTGOING,
+        extract,
+        _current_span,
+        inject,
+        _ended_elsewhere,
+        open_span_in_python,
+    )
+    open_span, close_span = speedups.open_span, speedups.close_span

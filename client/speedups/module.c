@@ -63,6 +63,20 @@ static PyMethodDef module_methods[] = {
      "configure_spans(SpanContext, _Active, _ACTIVE, getrandbits): what begin_span() needs from trace_context.py."},
     {"begin_span", (PyCFunction)(void (*)(void))begin_span, METH_FASTCALL,
      "begin_span(parent, args, kind, otel_span): (context, args, token), as trace_context._begin_span returns them."},
+    {"configure_open_span", (PyCFunction)(void (*)(void))configure_open_span, METH_FASTCALL,
+     "configure_open_span(modules, otel_name, ended_entries, incoming, outgoing, extract, current_span, inject, "
+     "ended_elsewhere, open_span): what open_span() and close_span() ask of trace_context.py."},
+    {"open_span", (PyCFunction)(void (*)(void))open_span, METH_FASTCALL,
+     "open_span(make_scope, label, kind, headers, args): (scope, args, token, context), as trace_context's twin."},
+    {"close_span", (PyCFunction)(void (*)(void))close_span, METH_FASTCALL,
+     "close_span(scope, token, context, exc_type, exc, tb): the span open_span() began ended, as trace_context's twin."},
+    {"configure_server_spans", (PyCFunction)(void (*)(void))configure_server_spans, METH_FASTCALL,
+     "configure_server_spans(SERVING, new_label, error_text): what the server spans ask of aiohttp_server.py."},
+    {"begin_server_span", (PyCFunction)(void (*)(void))begin_server_span, METH_FASTCALL,
+     "begin_server_span(spans, request): an aiohttp request's span begun, or None, as aiohttp_server's twin."},
+    {"end_server_span", (PyCFunction)(void (*)(void))end_server_span, METH_FASTCALL,
+     "end_server_span(spans, span, request, result, exc): the request's span labelled and ended, as "
+     "aiohttp_server's twin."},
     {"walk_stack", walk_stack, METH_O,
      "walk_stack(ident): the stack of the thread ident as the sampler reads it, (key, codes) (StackInterner."
      "intern_walk's arguments), or None (no Python frame, or no such thread)."},
@@ -97,6 +111,19 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->active_type);
     Py_VISIT(state->active_var);
     Py_VISIT(state->random_bits);
+    Py_VISIT(state->modules);
+    Py_VISIT(state->otel_name);
+    Py_VISIT(state->ended_entries);
+    Py_VISIT(state->incoming);
+    Py_VISIT(state->outgoing);
+    Py_VISIT(state->extract);
+    Py_VISIT(state->current_span);
+    Py_VISIT(state->inject);
+    Py_VISIT(state->ended_elsewhere);
+    Py_VISIT(state->open_span_twin);
+    Py_VISIT(state->serving_var);
+    Py_VISIT(state->new_label);
+    Py_VISIT(state->error_text);
     return 0;
 }
 
@@ -164,6 +191,34 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_kind);
     Py_CLEAR(state->int_64);
     Py_CLEAR(state->int_sampled);
+    Py_CLEAR(state->modules);
+    Py_CLEAR(state->otel_name);
+    Py_CLEAR(state->ended_entries);
+    Py_CLEAR(state->incoming);
+    Py_CLEAR(state->outgoing);
+    Py_CLEAR(state->extract);
+    Py_CLEAR(state->current_span);
+    Py_CLEAR(state->inject);
+    Py_CLEAR(state->ended_elsewhere);
+    Py_CLEAR(state->open_span_twin);
+    Py_CLEAR(state->serving_var);
+    Py_CLEAR(state->new_label);
+    Py_CLEAR(state->error_text);
+    Py_CLEAR(state->str_path);
+    Py_CLEAR(state->str_headers);
+    Py_CLEAR(state->str_method);
+    Py_CLEAR(state->str_response);
+    Py_CLEAR(state->str_route);
+    Py_CLEAR(state->str_traceparent);
+    Py_CLEAR(state->str_match_info);
+    Py_CLEAR(state->str_status);
+    Py_CLEAR(state->str_error);
+    Py_CLEAR(state->str_get);
+    Py_CLEAR(state->str_enter);
+    Py_CLEAR(state->str_exit);
+    Py_CLEAR(state->str_scope_label);
+    Py_CLEAR(state->str_server);
+    Py_CLEAR(state->int_500);
     return 0;
 }
 
@@ -284,6 +339,27 @@ module_exec(PyObject *module)
     state->int_sampled = PyLong_FromLong(1);
     if (!state->str_trace_id || !state->str_span_id || !state->str_parent_span_id || !state->str_kind ||
         !state->int_64 || !state->int_sampled) {
+        return -1;
+    }
+    state->str_path = PyUnicode_InternFromString("path");
+    state->str_headers = PyUnicode_InternFromString("headers");
+    state->str_method = PyUnicode_InternFromString("method");
+    state->str_response = PyUnicode_InternFromString("response");
+    state->str_route = PyUnicode_InternFromString("route");
+    state->str_traceparent = PyUnicode_InternFromString("traceparent");
+    state->str_match_info = PyUnicode_InternFromString("match_info");
+    state->str_status = PyUnicode_InternFromString("status");
+    state->str_error = PyUnicode_InternFromString("error");
+    state->str_get = PyUnicode_InternFromString("get");
+    state->str_enter = PyUnicode_InternFromString("__enter__");
+    state->str_exit = PyUnicode_InternFromString("__exit__");
+    state->str_scope_label = PyUnicode_InternFromString("label");
+    state->str_server = PyUnicode_InternFromString("server");
+    state->int_500 = PyLong_FromLong(500);
+    if (!state->str_path || !state->str_headers || !state->str_method || !state->str_response || !state->str_route ||
+        !state->str_traceparent || !state->str_match_info || !state->str_status || !state->str_error ||
+        !state->str_get || !state->str_enter || !state->str_exit || !state->str_scope_label || !state->str_server ||
+        !state->int_500) {
         return -1;
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */

@@ -111,38 +111,32 @@ new_context(ModuleState *state, PyObject *parent)
     return tuple_of(state->span_context_type, items, 4);
 }
 
-/* begin_span(parent, args, kind, otel_span): the span's SpanContext (a child of parent, or a new trace's first), a
-   copy of args with its ids and kind, and the token of _ACTIVE set to _Active(context, otel_span): (context, args,
-   token). */
+/* The span begun: (context, args with its ids, token), as begin_span() answers; NULL with an exception set. */
 PyObject *
-begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span)
 {
-    ModuleState *state = PyModule_GetState(module);
-    PyObject *parent, *given, *context, *with_ids = NULL, *active, *token, *result, *items[2];
+    PyObject *context, *with_ids = NULL, *active, *token, *result, *items[2];
     if (state->span_context_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "begin_span() before configure_spans()");
         return NULL;
     }
-    if (nargs != 4 || !PyDict_Check(args[1]) ||
-        (args[0] != Py_None && !Py_IS_TYPE(args[0], (PyTypeObject *)state->span_context_type)) ||
-        (args[0] != Py_None && PyTuple_GET_SIZE(args[0]) != 4)) {
+    if (!PyDict_Check(given) || (parent != Py_None && !Py_IS_TYPE(parent, (PyTypeObject *)state->span_context_type)) ||
+        (parent != Py_None && PyTuple_GET_SIZE(parent) != 4)) {
         PyErr_SetString(PyExc_TypeError, "begin_span(parent, args, kind, otel_span): a SpanContext or None, a dict, "
                                          "the kind and OpenTelemetry's span or None");
         return NULL;
     }
-    parent = args[0];
-    given = args[1];
     if ((context = new_context(state, parent)) == NULL) return NULL;
     /* {**args, trace_id, span_id[, parent_span_id], kind}, in that order */
     if ((with_ids = PyDict_Copy(given)) == NULL ||
         PyDict_SetItem(with_ids, state->str_trace_id, PyTuple_GET_ITEM(context, 0)) < 0 ||
         PyDict_SetItem(with_ids, state->str_span_id, PyTuple_GET_ITEM(context, 1)) < 0 ||
         (parent != Py_None && PyDict_SetItem(with_ids, state->str_parent_span_id, PyTuple_GET_ITEM(parent, 1)) < 0) ||
-        PyDict_SetItem(with_ids, state->str_kind, args[2]) < 0) {
+        PyDict_SetItem(with_ids, state->str_kind, kind) < 0) {
         goto fail;
     }
     items[0] = Py_NewRef(context);
-    items[1] = Py_NewRef(args[3]);
+    items[1] = Py_NewRef(otel_span);
     if ((active = tuple_of(state->active_type, items, 2)) == NULL) goto fail;
     token = PyContextVar_Set(state->active_var, active);
     Py_DECREF(active);
@@ -162,4 +156,17 @@ fail:
     Py_DECREF(context);
     Py_XDECREF(with_ids);
     return NULL;
+}
+
+/* begin_span(parent, args, kind, otel_span): the span's SpanContext (a child of parent, or a new trace's first), a
+   copy of args with its ids and kind, and the token of _ACTIVE set to _Active(context, otel_span): (context, args,
+   token). */
+PyObject *
+begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "begin_span(parent, args, kind, otel_span) takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return begin_span_of(PyModule_GetState(module), args[0], args[1], args[2], args[3]);
 }

@@ -33,7 +33,8 @@ What it does, and why it is safe to do it this way:
   takes Keywords from there at its import.
 
 The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), first_lane.c (a new
-task's lane taken in C), span_begin.c (a span of a trace begun), running_loop.c (the running asyncio loop,
+task's lane taken in C), span_begin.c (a span of a trace begun), server_span.c (a span of a trace opened
+and closed, a request's server span), running_loop.c (the running asyncio loop,
 configure()), recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer),
 records.c (compact records), samples.c (the sampler's pass over the threads), module.c (the module). */
 
@@ -123,6 +124,16 @@ typedef struct {
        random.getrandbits; the args' keys, and 64 (the bits a draw takes) */
     PyObject *span_context_type, *active_type, *active_var, *random_bits;
     PyObject *str_trace_id, *str_span_id, *str_parent_span_id, *str_kind, *int_64, *int_sampled;
+    /* server_span.c, from configure_open_span(): sys.modules and OpenTelemetry's module's name (in the program: the
+       Python twin opens the span), trace_context's _ENDED_ELSEWHERE's dict, the kinds whose headers are read and
+       written, and the Python side's extract, _current_span, inject, _ended_elsewhere and open_span */
+    PyObject *modules, *otel_name, *ended_entries, *incoming, *outgoing, *extract, *current_span, *inject,
+        *ended_elsewhere, *open_span_twin;
+    /* ...from configure_server_spans(): aiohttp_server's SERVING, new_label and error_text */
+    PyObject *serving_var, *new_label, *error_text;
+    /* ...the names it reads and writes, "server", 500 */
+    PyObject *str_path, *str_headers, *str_method, *str_response, *str_route, *str_traceparent, *str_match_info,
+        *str_status, *str_error, *str_get, *str_enter, *str_exit, *str_scope_label, *str_server, *int_500;
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
@@ -261,6 +272,15 @@ PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
 /* span_begin.c */
 PyObject *configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span);
+
+/* server_span.c */
+PyObject *configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *configure_server_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* scope.c */
 PyObject *with_exception(ModuleState *state, PyObject *args, PyObject *exc_type);

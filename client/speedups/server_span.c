@@ -1,0 +1,439 @@
+/* A span of a trace opened and closed (trace_context.open_span and close_span), and a server span of an aiohttp
+   request begun and ended (aiohttp_server.begin and end), each in one call: a server's every request makes them, and
+   their Python twins' frames and bytecode were most of the span's cost on the program's thread. What is rare is asked
+   of the Python side, so that there is one behaviour: OpenTelemetry in the program (its twin opens the span), a
+   caller's traceparent to parse, a span ended in another context, a route not labelled before, an error's text. */
+
+#include "speedups.h"
+
+/* Python's `callable(args[i])` for each i in [from, to). */
+static int
+all_callable(PyObject *const *args, Py_ssize_t from, Py_ssize_t to)
+{
+    for (Py_ssize_t i = from; i < to; i++) {
+        if (!PyCallable_Check(args[i])) return 0;
+    }
+    return 1;
+}
+
+/* configure_open_span(modules, otel_name, ended_entries, incoming, outgoing, extract, current_span, inject,
+   ended_elsewhere, open_span), once, at trace_context's import. */
+PyObject *
+configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    if (nargs != 10 || !PyDict_Check(args[0]) || !PyUnicode_CheckExact(args[1]) || !PyDict_Check(args[2]) ||
+        !PyFrozenSet_CheckExact(args[3]) || !PyFrozenSet_CheckExact(args[4]) || !all_callable(args, 5, 10)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_open_span(modules, otel_name, ended_entries, incoming, outgoing, extract, "
+                        "current_span, inject, ended_elsewhere, open_span): two dicts around a str, two frozensets "
+                        "and five functions");
+        return NULL;
+    }
+    Py_XSETREF(state->modules, Py_NewRef(args[0]));
+    Py_XSETREF(state->otel_name, Py_NewRef(args[1]));
+    Py_XSETREF(state->ended_entries, Py_NewRef(args[2]));
+    Py_XSETREF(state->incoming, Py_NewRef(args[3]));
+    Py_XSETREF(state->outgoing, Py_NewRef(args[4]));
+    Py_XSETREF(state->extract, Py_NewRef(args[5]));
+    Py_XSETREF(state->current_span, Py_NewRef(args[6]));
+    Py_XSETREF(state->inject, Py_NewRef(args[7]));
+    Py_XSETREF(state->ended_elsewhere, Py_NewRef(args[8]));
+    Py_XSETREF(state->open_span_twin, Py_NewRef(args[9]));
+    Py_RETURN_NONE;
+}
+
+/* configure_server_spans(SERVING, new_label, error_text), once, at aiohttp_server's import. */
+PyObject *
+configure_server_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    if (nargs != 3 || !PyContextVar_CheckExact(args[0]) || !all_callable(args, 1, 3)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_server_spans(SERVING, new_label, error_text): a ContextVar and two functions");
+        return NULL;
+    }
+    Py_XSETREF(state->serving_var, Py_NewRef(args[0]));
+    Py_XSETREF(state->new_label, Py_NewRef(args[1]));
+    Py_XSETREF(state->error_text, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* The span the new one is a child of where no caller's names it: the current span (_current_span(None), inlined for
+   the usual case, as the twin does); a new reference (None for none), or NULL with an exception set. */
+static PyObject *
+current_parent(ModuleState *state)
+{
+    PyObject *active, *parent;
+    if (PyDict_GET_SIZE(state->ended_entries) != 0) return PyObject_CallOneArg(state->current_span, Py_None);
+    if (PyContextVar_Get(state->active_var, Py_None, &active) < 0) return NULL;
+    if (active == Py_None) return active;
+    if (!Py_IS_TYPE(active, (PyTypeObject *)state->active_type) || PyTuple_GET_SIZE(active) != 2) {
+        Py_DECREF(active); /* (not what trace_context sets: the Python side says what it makes of it) */
+        return PyObject_CallOneArg(state->current_span, Py_None);
+    }
+    parent = Py_NewRef(PyTuple_GET_ITEM(active, 0));
+    Py_DECREF(active);
+    return parent;
+}
+
+/* open_span's: (scope, args, token, context), or NULL with an exception set. */
+static PyObject *
+open_span_of(ModuleState *state, PyObject *make_scope, PyObject *label, PyObject *kind, PyObject *headers,
+             PyObject *given)
+{
+    PyObject *otel, *parent = NULL, *begun, *scope = NULL, *answer, *result, *call[4];
+    int listed;
+    if (state->open_span_twin == NULL || state->span_context_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "open_span() before configure_spans() and configure_open_span()");
+        return NULL;
+    }
+    otel = PyDict_GetItemWithError(state->modules, state->otel_name); /* (borrowed: only compared) */
+    if (otel == NULL && PyErr_Occurred()) return NULL;
+    if (otel != NULL && otel != Py_None) { /* OpenTelemetry's current span may be the parent: the twin asks it */
+        PyObject *twin_args[5] = {make_scope, label, kind, headers, given};
+        return PyObject_Vectorcall(state->open_span_twin, twin_args, 5, NULL);
+    }
+    if (headers != Py_None) {
+        if ((listed = PySet_Contains(state->incoming, kind)) < 0) return NULL;
+        if (listed && (parent = PyObject_CallOneArg(state->extract, headers)) == NULL) return NULL;
+    }
+    if (parent == NULL || parent == Py_None) {
+        Py_XDECREF(parent);
+        if ((parent = current_parent(state)) == NULL) return NULL;
+    }
+    begun = begin_span_of(state, parent, given, kind, Py_None);
+    Py_DECREF(parent);
+    if (begun == NULL) return NULL;
+    /* begun is (context, args, token), held to the end: its items are borrowed from it */
+    if (headers != Py_None) {
+        if ((listed = PySet_Contains(state->outgoing, kind)) < 0) goto fail;
+        if (listed) {
+            call[0] = headers;
+            call[1] = PyTuple_GET_ITEM(begun, 0);
+            if ((answer = PyObject_Vectorcall(state->inject, call, 2, NULL)) == NULL) goto fail;
+            Py_DECREF(answer);
+        }
+    }
+    call[0] = label;
+    call[1] = PyTuple_GET_ITEM(begun, 1);
+    if ((scope = PyObject_Vectorcall(make_scope, call, 2, NULL)) == NULL) goto fail;
+    call[0] = scope;
+    if ((answer = PyObject_VectorcallMethod(state->str_enter, call, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) == NULL)
+        goto fail;
+    Py_DECREF(answer);
+    result = PyTuple_Pack(4, scope, PyTuple_GET_ITEM(begun, 1), PyTuple_GET_ITEM(begun, 2), PyTuple_GET_ITEM(begun, 0));
+    Py_DECREF(scope);
+    Py_DECREF(begun);
+    return result;
+fail: /* (the current span stays set, as the twin leaves it) */
+    Py_XDECREF(scope);
+    Py_DECREF(begun);
+    return NULL;
+}
+
+/* close_span's: 0, or -1 with an exception set. */
+static int
+close_span_of(ModuleState *state, PyObject *scope, PyObject *token, PyObject *context, PyObject *exc_type,
+              PyObject *exc, PyObject *traceback)
+{
+    PyObject *answer, *call[4];
+    if (state->ended_elsewhere == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "close_span() before configure_open_span()");
+        return -1;
+    }
+    if (PyContextVar_Reset(state->active_var, token) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) return -1;
+        PyErr_Clear(); /* exited in another context (another task, a generator finalised elsewhere) */
+        call[0] = context;
+        call[1] = token;
+        if ((answer = PyObject_Vectorcall(state->ended_elsewhere, call, 2, NULL)) == NULL) return -1;
+        Py_DECREF(answer);
+    }
+    call[0] = scope;
+    call[1] = exc_type;
+    call[2] = exc;
+    call[3] = traceback;
+    answer = PyObject_VectorcallMethod(state->str_exit, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (answer == NULL) return -1;
+    Py_DECREF(answer);
+    return 0;
+}
+
+/* open_span(make_scope, label, kind, headers, args): trace_context.open_span_in_python's twin. */
+PyObject *
+open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "open_span(make_scope, label, kind, headers, args) takes 5 arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    return open_span_of(PyModule_GetState(module), args[0], args[1], args[2], args[3], args[4]);
+}
+
+/* close_span(scope, token, context, exc_type, exc, tb): trace_context.close_span_in_python's twin. */
+PyObject *
+close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError,
+                     "close_span(scope, token, context, exc_type, exc, tb) takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (close_span_of(PyModule_GetState(module), args[0], args[1], args[2], args[3], args[4], args[5]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A ServerSpans (aiohttp_server's: a tuple of scope_of, answers and the dict of labels named), checked; 0, or -1 with
+   TypeError set. */
+static int
+check_spans(PyObject *spans)
+{
+    if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) != 3 || !PyDict_CheckExact(PyTuple_GET_ITEM(spans, 2))) {
+        PyErr_SetString(PyExc_TypeError, "a server span's spans: (scope_of, answers, named), named a dict");
+        return -1;
+    }
+    return 0;
+}
+
+/* The server span's args, {"method", "path", "route", "response": {}}, and its headers where they name a caller
+   (else None), through *headers_out; the path through *path_out. A new dict, or NULL with an exception set. */
+static PyObject *
+request_args(ModuleState *state, PyObject *request, PyObject **path_out, PyObject **headers_out)
+{
+    PyObject *path, *headers, *method = NULL, *response = NULL, *args = NULL, *traceparent, *call[2];
+    if ((path = PyObject_GetAttr(request, state->str_path)) == NULL) return NULL;
+    if ((headers = PyObject_GetAttr(request, state->str_headers)) == NULL) goto fail;
+    if ((method = PyObject_GetAttr(request, state->str_method)) == NULL) goto fail;
+    if ((response = PyDict_New()) == NULL || (args = PyDict_New()) == NULL) goto fail;
+    if (PyDict_SetItem(args, state->str_method, method) < 0 || PyDict_SetItem(args, state->str_path, path) < 0 ||
+        PyDict_SetItem(args, state->str_route, path) < 0 || PyDict_SetItem(args, state->str_response, response) < 0) {
+        goto fail;
+    }
+    call[0] = headers;
+    call[1] = state->str_traceparent;
+    traceparent = PyObject_VectorcallMethod(state->str_get, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (traceparent == NULL) goto fail;
+    if (traceparent == Py_None) Py_SETREF(headers, Py_NewRef(Py_None)); /* (no caller's span) */
+    Py_DECREF(traceparent);
+    Py_DECREF(method);
+    Py_DECREF(response);
+    *path_out = path;
+    *headers_out = headers;
+    return args;
+fail:
+    Py_DECREF(path);
+    Py_XDECREF(headers);
+    Py_XDECREF(method);
+    Py_XDECREF(response);
+    Py_XDECREF(args);
+    return NULL;
+}
+
+/* begin_server_span(spans, request): aiohttp_server.begin_in_python's twin. */
+PyObject *
+begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    PyObject *serving, *token, *given = NULL, *path = NULL, *headers = NULL, *span = NULL, *result;
+    int open;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "begin_server_span(spans, request) takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (state->serving_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "begin_server_span() before configure_server_spans()");
+        return NULL;
+    }
+    if (check_spans(args[0]) < 0) return NULL;
+    if (PyContextVar_Get(state->serving_var, Py_False, &serving) < 0) return NULL;
+    open = PyObject_IsTrue(serving);
+    Py_DECREF(serving);
+    if (open < 0) return NULL;
+    if (open) Py_RETURN_NONE; /* an app inside another, or a middleware under a recorded app: one span a request */
+    if ((token = PyContextVar_Set(state->serving_var, Py_True)) == NULL) return NULL;
+    if ((given = request_args(state, args[1], &path, &headers)) != NULL) {
+        span = open_span_of(state, PyTuple_GET_ITEM(args[0], 0), path, state->str_server, headers, given);
+        Py_DECREF(given);
+        Py_DECREF(path);
+        Py_DECREF(headers);
+    }
+    if (span == NULL) {
+        PyObject *type, *value, *traceback;
+        int served_unrecorded;
+        PyErr_Fetch(&type, &value, &traceback);
+        served_unrecorded = PyErr_GivenExceptionMatches(type, PyExc_Exception); /* a request that cannot be read */
+        if (PyContextVar_Reset(state->serving_var, token) < 0) PyErr_Clear();
+        Py_DECREF(token);
+        if (served_unrecorded) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            Py_RETURN_NONE;
+        }
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    /* (scope, args, token, context, SERVING's token) */
+    result = PyTuple_Pack(5, PyTuple_GET_ITEM(span, 0), PyTuple_GET_ITEM(span, 1), PyTuple_GET_ITEM(span, 2),
+                          PyTuple_GET_ITEM(span, 3), token);
+    Py_DECREF(span);
+    Py_DECREF(token);
+    return result;
+}
+
+/* The attribute `name` of `owner`, or None where it has none (getattr(owner, name, None)); NULL with an exception
+   set. */
+static PyObject *
+attribute_or_none(PyObject *owner, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return Py_NewRef(Py_None);
+    }
+    return value;
+}
+
+/* The (label, route) of the request, as aiohttp_server.label_of gives it: the one kept for its (method, route
+   object), else new_label's. A new reference, or NULL with an exception set. */
+static PyObject *
+label_of(ModuleState *state, PyObject *spans, PyObject *request)
+{
+    PyObject *method, *match_info, *route = NULL, *key, *found, *call[4];
+    if ((method = PyObject_GetAttr(request, state->str_method)) == NULL) return NULL;
+    match_info = PyObject_GetAttr(request, state->str_match_info);
+    if (match_info != NULL) {
+        route = PyObject_GetAttr(match_info, state->str_route);
+        Py_DECREF(match_info);
+    }
+    if (route == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(method);
+            return NULL;
+        }
+        PyErr_Clear(); /* (no route: resolving it raised) */
+        route = Py_NewRef(Py_None);
+    }
+    if ((key = PyTuple_Pack(2, method, route)) == NULL) {
+        found = NULL;
+    }
+    else {
+        found = Py_XNewRef(PyDict_GetItemWithError(PyTuple_GET_ITEM(spans, 2), key));
+        Py_DECREF(key);
+        if (found == NULL && !PyErr_Occurred()) {
+            call[0] = spans;
+            call[1] = request;
+            call[2] = method;
+            call[3] = route;
+            found = PyObject_Vectorcall(state->new_label, call, 4, NULL);
+        }
+    }
+    Py_DECREF(method);
+    Py_DECREF(route);
+    return found;
+}
+
+/* The span's response map and route filled in (aiohttp_server.end_in_python's try block): 0, or -1 with an exception
+   set. *closing is the exception the span ends with: exc, or NULL for none (an HTTPException below 500 is an
+   answer). */
+static int
+fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, PyObject *request, PyObject *result,
+        PyObject *exc, PyObject **closing)
+{
+    PyObject *response, *status, *found;
+    int failed;
+    if ((response = PyObject_GetItem(given, state->str_response)) == NULL) return -1;
+    if (exc == Py_None) {
+        status = attribute_or_none(result, state->str_status);
+        failed = status == NULL || PyObject_SetItem(response, state->str_status, status) < 0;
+        Py_XDECREF(status);
+    }
+    else {
+        int answer = PyObject_IsInstance(exc, PyTuple_GET_ITEM(spans, 1)), an_int;
+        status = answer < 0 ? NULL : answer ? attribute_or_none(exc, state->str_status) : Py_NewRef(Py_None);
+        failed = status == NULL;
+        an_int = !failed && PyLong_CheckExact(status);
+        if (an_int && PyObject_SetItem(response, state->str_status, status) < 0) failed = 1;
+        if (!failed && an_int) {
+            int below = PyObject_RichCompareBool(status, state->int_500, Py_LT);
+            if (below < 0) failed = 1;
+            else if (below) *closing = NULL; /* (a 404 or a redirect, raised: an answer, not an error) */
+        }
+        if (!failed && (!an_int || *closing != NULL)) {
+            PyObject *text = PyObject_CallOneArg(state->error_text, exc);
+            failed = text == NULL || PyObject_SetItem(response, state->str_error, text) < 0;
+            Py_XDECREF(text);
+        }
+        Py_XDECREF(status);
+    }
+    Py_DECREF(response);
+    if (failed) return -1;
+    if ((found = label_of(state, spans, request)) == NULL) return -1;
+    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a server span's label: (label, route)");
+        failed = 1;
+    }
+    else {
+        failed = PyObject_SetAttr(scope, state->str_scope_label, PyTuple_GET_ITEM(found, 0)) < 0 ||
+                 PyObject_SetItem(given, state->str_route, PyTuple_GET_ITEM(found, 1)) < 0;
+    }
+    Py_DECREF(found);
+    return failed ? -1 : 0;
+}
+
+/* end_server_span(spans, span, request, result, exc): aiohttp_server.end_in_python's twin. */
+PyObject *
+end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    PyObject *span, *scope, *given, *exc, *closing, *exc_type = Py_None, *traceback = NULL;
+    int closed;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "end_server_span(spans, span, request, result, exc) takes 5 arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    if (state->serving_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "end_server_span() before configure_server_spans()");
+        return NULL;
+    }
+    span = args[1];
+    exc = args[4];
+    if (check_spans(args[0]) < 0) return NULL;
+    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 5 ||
+        (exc != Py_None && !PyExceptionInstance_Check(exc))) {
+        PyErr_SetString(PyExc_TypeError, "end_server_span(spans, span, request, result, exc): begin_server_span()'s "
+                                         "span, and an exception or None");
+        return NULL;
+    }
+    Py_INCREF(span); /* (its items borrowed from it: the caller's reference may go with what runs here) */
+    scope = PyTuple_GET_ITEM(span, 0);
+    given = PyTuple_GET_ITEM(span, 1);
+    if (PyContextVar_Reset(state->serving_var, PyTuple_GET_ITEM(span, 4)) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) goto fail;
+        PyErr_Clear(); /* (another context's: nothing of this one's to reset) */
+    }
+    closing = exc;
+    if (fill_in(state, args[0], scope, given, args[2], args[3], exc, &closing) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+        PyErr_Clear(); /* (a request's odd state: the span ends with what was filled in so far) */
+    }
+    if (closing == NULL || closing == Py_None) {
+        closing = Py_None;
+    }
+    else {
+        exc_type = (PyObject *)Py_TYPE(closing);
+        traceback = PyException_GetTraceback(closing);
+    }
+    closed = close_span_of(state, scope, PyTuple_GET_ITEM(span, 2), PyTuple_GET_ITEM(span, 3), exc_type, closing,
+                           traceback != NULL ? traceback : Py_None);
+    Py_XDECREF(traceback);
+    Py_DECREF(span);
+    if (closed < 0) return NULL;
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(span);
+    return NULL;
+}

@@ -261,10 +261,14 @@ def open_span_in_python(
         else:
             parent = _current_span(otel_span)
     context, args, token = _begin(parent, args, kind, otel_span)
-    if headers is not None and kind in _OUTGOING:
-        inject(headers, context)
-    scope = make_scope(label, args)
-    scope.__enter__()
+    try:
+        if headers is not None and kind in _OUTGOING:
+            inject(headers, context)
+        scope = make_scope(label, args)
+        scope.__enter__()
+    except BaseException:  # the span never began: the current span is again the one it would have begun in
+        _ACTIVE.reset(token)
+        raise
     return scope, args, token, context
 
 

@@ -69,7 +69,8 @@ static PyMethodDef module_methods[] = {
     {"open_span", (PyCFunction)(void (*)(void))open_span, METH_FASTCALL,
      "open_span(make_scope, label, kind, headers, args): (scope, args, token, context), as trace_context's twin."},
     {"close_span", (PyCFunction)(void (*)(void))close_span, METH_FASTCALL,
-     "close_span(scope, token, context, exc_type, exc, tb): the span open_span() began ended, as trace_context's twin."},
+     "close_span(scope, token, context, exc_type, exc, tb): the span open_span() began ended, as trace_context's "
+     "twin."},
     {"configure_server_spans", (PyCFunction)(void (*)(void))configure_server_spans, METH_FASTCALL,
      "configure_server_spans(SERVING, new_label, error_text): what the server spans ask of aiohttp_server.py."},
     {"begin_server_span", (PyCFunction)(void (*)(void))begin_server_span, METH_FASTCALL,
@@ -218,6 +219,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_exit);
     Py_CLEAR(state->str_scope_label);
     Py_CLEAR(state->str_server);
+    Py_CLEAR(state->str_traceback);
     Py_CLEAR(state->int_500);
     return 0;
 }
@@ -355,11 +357,12 @@ module_exec(PyObject *module)
     state->str_exit = PyUnicode_InternFromString("__exit__");
     state->str_scope_label = PyUnicode_InternFromString("label");
     state->str_server = PyUnicode_InternFromString("server");
+    state->str_traceback = PyUnicode_InternFromString("__traceback__");
     state->int_500 = PyLong_FromLong(500);
     if (!state->str_path || !state->str_headers || !state->str_method || !state->str_response || !state->str_route ||
         !state->str_traceparent || !state->str_match_info || !state->str_status || !state->str_error ||
         !state->str_get || !state->str_enter || !state->str_exit || !state->str_scope_label || !state->str_server ||
-        !state->int_500) {
+        !state->str_traceback || !state->int_500) {
         return -1;
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */

@@ -126,10 +126,15 @@ open_span_of(ModuleState *state, PyObject *make_scope, PyObject *label, PyObject
     Py_DECREF(scope);
     Py_DECREF(begun);
     return result;
-fail: /* (the current span stays set, as the twin leaves it) */
+fail: { /* the span never began: the current span is again the one it would have begun in, as the twin leaves it */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (PyContextVar_Reset(state->active_var, PyTuple_GET_ITEM(begun, 2)) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
     Py_XDECREF(scope);
     Py_DECREF(begun);
     return NULL;
+}
 }
 
 /* close_span's: 0, or -1 with an exception set. */
@@ -259,6 +264,10 @@ begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(path);
         Py_DECREF(headers);
     }
+    if (span != NULL && (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 4)) {
+        PyErr_SetString(PyExc_TypeError, "open_span() gave what is not (scope, args, token, context)");
+        Py_CLEAR(span);
+    }
     if (span == NULL) {
         PyObject *type, *value, *traceback;
         int served_unrecorded;
@@ -322,6 +331,7 @@ label_of(ModuleState *state, PyObject *spans, PyObject *request)
     else {
         found = Py_XNewRef(PyDict_GetItemWithError(PyTuple_GET_ITEM(spans, 2), key));
         Py_DECREF(key);
+        if (found == Py_None) Py_CLEAR(found); /* (not kept: as the twin reads it) */
         if (found == NULL && !PyErr_Occurred()) {
             call[0] = spans;
             call[1] = request;
@@ -371,8 +381,11 @@ fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, P
     Py_DECREF(response);
     if (failed) return -1;
     if ((found = label_of(state, spans, request)) == NULL) return -1;
-    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
-        PyErr_SetString(PyExc_TypeError, "a server span's label: (label, route)");
+    if (!PyTuple_CheckExact(found)) Py_SETREF(found, PySequence_Tuple(found)); /* (unpacked as the twin does) */
+    if (found == NULL) return -1;
+    if (PyTuple_GET_SIZE(found) != 2) {
+        PyErr_Format(PyExc_ValueError, "a server span's label: (label, route), not %zd values",
+                     PyTuple_GET_SIZE(found));
         failed = 1;
     }
     else {
@@ -391,8 +404,8 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *span, *scope, *given, *exc, *closing, *exc_type = Py_None, *traceback = NULL;
     int closed;
     if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "end_server_span(spans, span, request, result, exc) takes 5 arguments (%zd given)",
-                     nargs);
+        PyErr_Format(PyExc_TypeError,
+                     "end_server_span(spans, span, request, result, exc) takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
     if (state->serving_var == NULL) {
@@ -402,10 +415,9 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     span = args[1];
     exc = args[4];
     if (check_spans(args[0]) < 0) return NULL;
-    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 5 ||
-        (exc != Py_None && !PyExceptionInstance_Check(exc))) {
+    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 5) {
         PyErr_SetString(PyExc_TypeError, "end_server_span(spans, span, request, result, exc): begin_server_span()'s "
-                                         "span, and an exception or None");
+                                         "span");
         return NULL;
     }
     Py_INCREF(span); /* (its items borrowed from it: the caller's reference may go with what runs here) */
@@ -414,6 +426,11 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyContextVar_Reset(state->serving_var, PyTuple_GET_ITEM(span, 4)) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) goto fail;
         PyErr_Clear(); /* (another context's: nothing of this one's to reset) */
+    }
+    if (exc != Py_None && !PyExceptionInstance_Check(exc)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "end_server_span(spans, span, request, result, exc): exc an exception or None");
+        goto fail;
     }
     closing = exc;
     if (fill_in(state, args[0], scope, given, args[2], args[3], exc, &closing) < 0) {
@@ -425,7 +442,8 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     else {
         exc_type = (PyObject *)Py_TYPE(closing);
-        traceback = PyException_GetTraceback(closing);
+        traceback = PyObject_GetAttr(closing, state->str_traceback); /* (as the twin reads it) */
+        if (traceback == NULL) goto fail;
     }
     closed = close_span_of(state, scope, PyTuple_GET_ITEM(span, 2), PyTuple_GET_ITEM(span, 3), exc_type, closing,
                            traceback != NULL ? traceback : Py_None);

@@ -133,7 +133,8 @@ typedef struct {
     PyObject *serving_var, *new_label, *error_text;
     /* ...the names it reads and writes, "server", 500 */
     PyObject *str_path, *str_headers, *str_method, *str_response, *str_route, *str_traceparent, *str_match_info,
-        *str_status, *str_error, *str_get, *str_enter, *str_exit, *str_scope_label, *str_server, *int_500;
+        *str_status, *str_error, *str_get, *str_enter, *str_exit, *str_scope_label, *str_traceback, *str_server,
+        *int_500;
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 

@@ -59,6 +59,7 @@ BENCHMARKS = {
     "always_on": ("bench_always_on.py", 1500),
     "gc_integration": ("bench_gc_integration.py", 900),
     "lane_drain": ("bench_lane_drain.py", 300),
+    "server_span_twins": ("bench_server_span_twins.py", 300),
 }
 
 

@@ -19,11 +19,11 @@ Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no
 ``run, sampling only`` (every integration off) and ``run, nothing on`` (both off: the baseline of sampling alone), to
 see where a cost comes from; ``--split`` adds the aiohttp-server integration alone and every integration but it
 (sampling off in both), ``--compare PYTHON`` the defaults under that interpreter's ``ringtrace`` (another install: the
-code before a change). Each streams to a real collector subprocess. The cost is the ratio of medians against the
-baseline (time: variant / python; requests/s: python / variant), so 1.02 is 2% slower. Target: <= 1.02 for the
-defaults. The CPU columns are the same ratio of CPU spent: on a machine whose other work takes the cores, wall time and
-requests/s move with the scheduler from round to round, while the CPU a program spends on its work moves far less, and
-what recording adds is CPU first.
+code before a change), ``--batch-interval SECONDS`` the defaults with that ``--batch-interval``. Each streams to a real
+collector subprocess. The cost is the ratio of medians against the baseline (time: variant / python; requests/s:
+python / variant), so 1.02 is 2% slower. Target: <= 1.02 for the defaults. The CPU columns are the same ratio of CPU
+spent: on a machine whose other work takes the cores, wall time and requests/s move with the scheduler from round to
+round, while the CPU a program spends on its work moves far less, and what recording adds is CPU first.
 
 For the cpu mix, two more columns: the CPU of its main thread alone (the program's own thread: what ringtrace's threads
 spend is not in it, what they make it spend is), against the baseline, and how often that thread waited (voluntary
@@ -55,10 +55,12 @@ TARGET = 1.02
 SERVER_CORE = 1
 
 
-def variants(address: str, split: bool = False, compare: str | None = None) -> dict[str, list[str]]:
+def variants(
+    address: str, split: bool = False, compare: str | None = None, batch_interval: str | None = None
+) -> dict[str, list[str]]:
     """The variants run (see the module's docstring); ``split``: the aiohttp-server integration alone and all but it,
     sampling off; ``compare``: the defaults under that interpreter's ``ringtrace`` too (another install: the code
-    before a change)."""
+    before a change); ``batch_interval``: the defaults with that ``--batch-interval`` too."""
     from ringtrace.client.integrations import INTEGRATIONS
 
     run = [RINGTRACE, "run", "--collector", address]
@@ -79,6 +81,8 @@ def variants(address: str, split: bool = False, compare: str | None = None) -> d
             "0",
             *[o for o in every_integration_off if o != server],
         ]
+    if batch_interval is not None:
+        chosen[f"run, --batch-interval {batch_interval}"] = [*run, "--batch-interval", batch_interval]
     if compare is not None:
         chosen["ringtrace run (compare)"] = [str(Path(compare).with_name("ringtrace")), *run[1:]]
     return chosen
@@ -161,6 +165,7 @@ def main() -> int:
     parser.add_argument(
         "--pin", action="store_true", help="the server on one core, the rest (load, collector) on another"
     )
+    parser.add_argument("--batch-interval", metavar="SECONDS", help="add the defaults with this --batch-interval")
     args = parser.parse_args()
     if args.pin:
         if len(os.sched_getaffinity(0)) < 2 or {0, SERVER_CORE} - os.sched_getaffinity(0):
@@ -170,7 +175,7 @@ def main() -> int:
         args.rounds, args.batches, args.seconds = 2, 100, 2.0
     nan = float("nan")
     with collector() as running:
-        commands = variants(running.tcp, args.split, args.compare)
+        commands = variants(running.tcp, args.split, args.compare, args.batch_interval)
         times = (
             {name: [(nan, nan, nan, nan)] for name in commands}
             if args.server_only

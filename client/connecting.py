@@ -82,12 +82,16 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     return timeline
 
 
-def launch_connect(address: str, *, process_name: str | None = None, exit_timeout_s: float = 2.0) -> Timeline:
+def launch_connect(
+    address: str, *, process_name: str | None = None, exit_timeout_s: float = 2.0, batch_interval_s: float = 0.05
+) -> Timeline:
     """``connect``, as ``ringtrace run`` and the fleet switch call it before the program runs: the name given is the
     launcher's guess (the script's), so the program's own first ``connect()`` under a name renames the process, where
     a later one makes it another process to the collector (``connect``)."""
     global _named_by_launcher
-    timeline = connect(address, process_name=process_name, exit_timeout_s=exit_timeout_s)
+    timeline = connect(
+        address, process_name=process_name, exit_timeout_s=exit_timeout_s, batch_interval_s=batch_interval_s
+    )
     _named_by_launcher = True
     return timeline
 

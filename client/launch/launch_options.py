@@ -79,6 +79,17 @@ _sample_hz: Final = _from_zero_to(MAX_SAMPLE_HZ, f"takes samples a second, 0 (of
 #: The longest wait at exit a launch takes (an hour: a wait for ever would hang every program whose collector hangs).
 MAX_EXIT_TIMEOUT_S: Final = 3600.0
 _exit_timeout: Final = _from_zero_to(MAX_EXIT_TIMEOUT_S, f"takes seconds, 0 to {MAX_EXIT_TIMEOUT_S:g}")
+#: The longest wait between the flusher's passes a launch takes (a minute: what is recorded reaches the collector
+#: that much later, and a live tail that ends waits 2 s past its end by default).
+MAX_BATCH_INTERVAL_S: Final = 60.0
+_BATCH_INTERVAL_REASON: Final = f"takes seconds, more than 0 and at most {MAX_BATCH_INTERVAL_S:g}"
+
+
+def _batch_interval(text: str) -> float:
+    value = _from_zero_to(MAX_BATCH_INTERVAL_S, _BATCH_INTERVAL_REASON)(text)
+    if value == 0:
+        raise ValueError(_BATCH_INTERVAL_REASON)
+    return value
 
 
 def _integrations_off(text: str) -> frozenset[str]:
@@ -205,6 +216,16 @@ OPTIONS: Final[tuple[LaunchOption, ...]] = (
         _exit_timeout,
     ),
     LaunchOption(
+        "batch_interval",
+        "--batch-interval",
+        "RINGTRACE_BATCH_INTERVAL",
+        "SECONDS",
+        "how often what the program (and each child) recorded is handed to the collector's connection; longer costs a "
+        "busy program less, and loses more to a kill -9",
+        0.05,
+        _batch_interval,
+    ),
+    LaunchOption(
         "integrations_off",
         "--no-NAME",
         "RINGTRACE_INTEGRATIONS_OFF",
@@ -301,6 +322,7 @@ class LaunchSettings:
     function_builtins: bool = False
     function_library: bool = False
     exit_timeout: float = 2.0
+    batch_interval: float = 0.05
 
     @property
     def integrations_on(self) -> list[str]:
@@ -315,6 +337,7 @@ class LaunchSettings:
             _BY_FIELD["collector"].variable: self.collector,
             _BY_FIELD["sample_hz"].variable: f"{self.sample_hz:g}",
             _BY_FIELD["exit_timeout"].variable: repr(self.exit_timeout),
+            _BY_FIELD["batch_interval"].variable: repr(self.batch_interval),
             _BY_FIELD["integrations_off"].variable: ",".join(sorted(self.integrations_off)),
         }
         if self.functions:

@@ -28,7 +28,12 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
     integrations not turned off, and sample at ``settings.sample_hz``. Returns the timeline, or None if connecting
     failed (said on stderr)."""
     try:
-        timeline = launch_connect(settings.collector, process_name=process_name, exit_timeout_s=settings.exit_timeout)
+        timeline = launch_connect(
+            settings.collector,
+            process_name=process_name,
+            exit_timeout_s=settings.exit_timeout,
+            batch_interval_s=settings.batch_interval,
+        )
     except Exception as exc:  # a value the settings' checks let by: the program runs unrecorded
         say(f"not recording: {type(exc).__name__}: {exc}")
         return None

@@ -382,3 +382,23 @@ def test_the_sampler_stops_before_the_exit_delivery_so_no_sample_is_lost(
     wait_for_names(collector, Counter({"busy.py": 5}))
     processes = collector.json("/sources")["processes"]
     assert [process["client_dropped_events"] for process in processes] == [0] * 5
+
+
+def test_the_batch_interval_is_the_program_s_and_its_children_s(collector: CollectorProcess, tmp_path: Path) -> None:
+    # The flag sets how often the program's events are handed to its connection, and its children's (a subprocess
+    # is given it through RINGTRACE_BATCH_INTERVAL); everything still reaches the collector.
+    shown = "import ringtrace.client as c\nprint([x.batch_interval_s for x in c.default_timeline().listeners])\n"
+    _write(
+        tmp_path,
+        {
+            "paced.py": shown + "import subprocess, sys\nsubprocess.run([sys.executable, 'child.py'], check=True)\n",
+            "child.py": shown,
+        },
+    )
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "--batch-interval", "0.25", "paced.py"],
+        tmp_path,
+        program_environment(RINGTRACE_BATCH_INTERVAL="9"),  # (the flag wins, and is what its children are given)
+    )
+    assert (done.returncode, done.stdout) == (0, "[0.25]\n[0.25]\n"), done.stderr
+    wait_for_names(collector, Counter({"paced.py": 1, "child.py": 1}))

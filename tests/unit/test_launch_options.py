@@ -36,6 +36,7 @@ def test_every_option_has_an_environment_twin_and_every_integration_a_switch() -
         "RINGTRACE_PROCESS_NAME",
         "RINGTRACE_SAMPLE_HZ",
         "RINGTRACE_EXIT_TIMEOUT",
+        "RINGTRACE_BATCH_INTERVAL",
         "RINGTRACE_INTEGRATIONS_OFF",
         "RINGTRACE_FUNCTIONS",
         "RINGTRACE_FUNCTIONS_INCLUDE",
@@ -59,6 +60,10 @@ def test_a_flag_wins_over_its_variable_and_a_variable_over_the_default() -> None
     environ = {"RINGTRACE_COLLECTOR": "h:1", "RINGTRACE_EXIT_TIMEOUT": "30"}
     assert settings_from({}, environ).exit_timeout == 30.0
     assert settings_from({"exit_timeout": "0.5"}, environ).exit_timeout == 0.5
+    environ = {"RINGTRACE_COLLECTOR": "h:1", "RINGTRACE_BATCH_INTERVAL": "0.2"}
+    assert settings_from({}, {"RINGTRACE_COLLECTOR": "h:1"}).batch_interval == 0.05
+    assert settings_from({}, environ).batch_interval == 0.2
+    assert settings_from({"batch_interval": "1e-3"}, environ).batch_interval == 0.001
 
 
 def test_the_integrations_turned_off_add_up_from_the_flags_and_the_variable() -> None:
@@ -75,6 +80,8 @@ def test_children_get_the_settings_but_not_the_name() -> None:
     assert environment["RINGTRACE_AUTO"] == "1"
     assert "RINGTRACE_PROCESS_NAME" not in environment
     assert settings_from({}, environment) == LaunchSettings("h:1", None, 25.0, frozenset({"gc", "logging"}))
+    slower = LaunchSettings("h:1", None, 100.0, frozenset(), batch_interval=0.25, exit_timeout=7.0)
+    assert settings_from({}, slower.children_environment()) == slower
 
 
 @pytest.mark.parametrize(
@@ -85,6 +92,10 @@ def test_children_get_the_settings_but_not_the_name() -> None:
         ({"sample_hz": "1001"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got '1001'"),
         ({"exit_timeout": "-1"}, {}, "--exit-timeout takes seconds, 0 to 3600, got '-1'"),
         ({}, {"RINGTRACE_EXIT_TIMEOUT": "soon"}, "RINGTRACE_EXIT_TIMEOUT takes seconds, 0 to 3600, got 'soon'"),
+        ({"batch_interval": "0"}, {}, "--batch-interval takes seconds, more than 0 and at most 60, got '0'"),
+        ({"batch_interval": "61"}, {}, "--batch-interval takes seconds, more than 0 and at most 60, got '61'"),
+        ({"batch_interval": "inf"}, {}, "--batch-interval takes seconds, more than 0 and at most 60, got 'inf'"),
+        ({}, {"RINGTRACE_BATCH_INTERVAL": "-1"}, "RINGTRACE_BATCH_INTERVAL takes seconds, more than 0 and at most 60"),
         ({}, {"RINGTRACE_SAMPLE_HZ": "-5"}, "RINGTRACE_SAMPLE_HZ takes samples a second, 0 (off) to 1000, got '-5'"),
         ({"collector": "nowhere"}, {}, "--collector takes HOST:PORT (or several, separated by commas), got 'nowhere'"),
         ({}, {"RINGTRACE_INTEGRATIONS_OFF": "gc,nope"}, "RINGTRACE_INTEGRATIONS_OFF takes integration names"),

@@ -79,15 +79,17 @@ _sample_hz: Final = _from_zero_to(MAX_SAMPLE_HZ, f"takes samples a second, 0 (of
 #: The longest wait at exit a launch takes (an hour: a wait for ever would hang every program whose collector hangs).
 MAX_EXIT_TIMEOUT_S: Final = 3600.0
 _exit_timeout: Final = _from_zero_to(MAX_EXIT_TIMEOUT_S, f"takes seconds, 0 to {MAX_EXIT_TIMEOUT_S:g}")
-#: The longest wait between the flusher's passes a launch takes (a minute: what is recorded reaches the collector
-#: that much later, and a live tail that ends waits 2 s past its end by default).
+#: The shortest and longest waits between the flusher's passes a launch takes: a millisecond (shorter, the flusher
+#: would take the interpreter lock from the program all the time) to a minute (what is recorded reaches the collector
+#: that much later; a live tail that ends waits 2 s past its end by default).
+MIN_BATCH_INTERVAL_S: Final = 0.001
 MAX_BATCH_INTERVAL_S: Final = 60.0
-_BATCH_INTERVAL_REASON: Final = f"takes seconds, more than 0 and at most {MAX_BATCH_INTERVAL_S:g}"
+_BATCH_INTERVAL_REASON: Final = f"takes seconds, {MIN_BATCH_INTERVAL_S:g} to {MAX_BATCH_INTERVAL_S:g}"
 
 
 def _batch_interval(text: str) -> float:
     value = _from_zero_to(MAX_BATCH_INTERVAL_S, _BATCH_INTERVAL_REASON)(text)
-    if value == 0:
+    if value < MIN_BATCH_INTERVAL_S:
         raise ValueError(_BATCH_INTERVAL_REASON)
     return value
 

@@ -1,7 +1,9 @@
 """An aiohttp request's server span, begun and ended (``integrations/aiohttp_server.py``): the C twins
 (``speedups.begin_server_span`` and ``end_server_span``, one call each) against the pure-Python ones
-(``begin_in_python`` and ``end_in_python``), in one process, the rounds interleaved: ns a request, and the ratio. And
-a plain ``Timeline.scope`` beside them, the floor of any span.
+(``begin_in_python`` and ``end_in_python``, with the span of a trace opened and closed by ``trace_context``'s
+``open_span_in_python`` and ``close_span_in_python``: the whole path in Python, as before the C twins), in one
+process, the rounds interleaved: ns a request, and the ratio. And a plain ``Timeline.scope`` beside them, the floor of
+any span.
 
 Each twin begins and ends the span of a real aiohttp request (``aiohttp.test_utils.make_mocked_request``, its route
 matched by the application's router, as ``_handle`` leaves it) answered 200, on a timeline whose listener keeps
@@ -28,6 +30,7 @@ from ringtrace.client import Timeline
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.integrations import aiohttp_server
+from ringtrace.client.recording import trace_context
 
 #: Requests between drains (the flusher's 50 ms at 10,000 requests a second).
 BETWEEN_DRAINS = 500
@@ -81,11 +84,22 @@ def bench(n: int, rounds: int) -> int:
         with tl.scope("GET /prices"):
             pass
 
-    python = twin(aiohttp_server.begin_in_python, aiohttp_server.end_in_python)
+    python_round = timed(twin(aiohttp_server.begin_in_python, aiohttp_server.end_in_python))
     c = twin(speedups.begin_server_span, speedups.end_server_span)
     c()
     assert list(spans.named.values()) == [("GET /prices", "/prices")]  # (its route matched, its label kept)
-    results = interleave({"python": timed(python), "c": timed(c), "plain scope": timed(plain)}, rounds)
+
+    def all_in_python() -> float:
+        """A round of the Python twins, the span of a trace opened and closed in Python too."""
+        opened, closed = aiohttp_server.open_span, aiohttp_server.close_span
+        aiohttp_server.open_span = trace_context.open_span_in_python
+        aiohttp_server.close_span = trace_context.close_span_in_python
+        try:
+            return python_round()
+        finally:
+            aiohttp_server.open_span, aiohttp_server.close_span = opened, closed
+
+    results = interleave({"python": all_in_python, "c": timed(c), "plain scope": timed(plain)}, rounds)
     tl.close()
     base = median(results["python"])
     rows = [[name, f"{median(values):,.0f}", f"{median(values) / base:.3f}"] for name, values in results.items()]

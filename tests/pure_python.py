@@ -23,6 +23,7 @@ TWINNED = frozenset(
         "ringtrace.client",
         "ringtrace.client.accelerator",
         "ringtrace.client.functions.function_tracing",
+        "ringtrace.client.integrations.aiohttp_server",
         "ringtrace.client.recording.drain",
         "ringtrace.wire.stream_encoder",
         "ringtrace.wire.event_packing",

@@ -222,8 +222,8 @@ OPTIONS: Final[tuple[LaunchOption, ...]] = (
         "--batch-interval",
         "RINGTRACE_BATCH_INTERVAL",
         "SECONDS",
-        "how often what the program (and each child) recorded is handed to the collector's connection; longer costs a "
-        "busy program less, and loses more to a kill -9",
+        "how often what the program (and each child) recorded is handed to the collector's connection (0.001 to 60); "
+        "longer costs a busy program less, and loses more to a kill -9",
         0.05,
         _batch_interval,
     ),

@@ -1,9 +1,10 @@
 """A span of a trace opened and closed, and an aiohttp request's server span begun and ended: the C recorder's
 ``open_span``, ``close_span``, ``begin_server_span`` and ``end_server_span`` against their pure-Python twins
 (``trace_context.open_span_in_python`` and ``close_span_in_python``, ``aiohttp_server.begin_in_python`` and
-``end_in_python``). The twins must record the same span (label, args, the exception it ends with), leave the same
-current span and the same ``SERVING`` state, call the program's objects in the same order, and raise the same
-exceptions; a request that cannot be read is served unrecorded, never raised into the program (but a
+``end_in_python``, which open and close the span through ``open_span`` and ``close_span``: the C ones where they are
+built, held to their own twins below). The twins must record the same span (label, args, the exception it ends
+with), leave the same current span and the same ``SERVING`` state, call the program's objects in the same order, and
+raise the same exceptions; a request that cannot be read is served unrecorded, never raised into the program (but a
 ``BaseException`` that is not an ``Exception`` goes on, as it came)."""
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ End = Callable[..., None]
 SERVER_TWINS: list[tuple[Begin, End]] = [(aiohttp_server.begin_in_python, aiohttp_server.end_in_python)]
 if speedups is not None:
     SERVER_TWINS.append((speedups.begin_server_span, speedups.end_server_span))
+TWIN_NAMES = ["python", "c"][: len(SERVER_TWINS)]
 
 
 def shown(args: dict[str, Any], from_caller: bool) -> list[tuple[str, Any]]:
@@ -235,7 +237,7 @@ def test_both_twins_read_a_kept_label_alike(kept: object, label: str) -> None:
     assert c[1][-1][3] == label
 
 
-@pytest.mark.parametrize("twin", SERVER_TWINS, ids=["python", "c"])
+@pytest.mark.parametrize("twin", SERVER_TWINS, ids=TWIN_NAMES)
 def test_a_span_whose_scope_cannot_be_made_leaves_no_current_span(twin: tuple[Begin, End]) -> None:
     begin, _ = twin
 
@@ -270,7 +272,7 @@ def test_an_open_span_of_another_shape_is_served_unrecorded(monkeypatch: pytest.
         configure(tc.open_span_in_python)
 
 
-@pytest.mark.parametrize("twin", SERVER_TWINS, ids=["python", "c"])
+@pytest.mark.parametrize("twin", SERVER_TWINS, ids=TWIN_NAMES)
 def test_a_span_ended_in_another_context_leaves_its_own_current_where_it_still_is(twin: tuple[Begin, End]) -> None:
     begin, end = twin
     spans = aiohttp_server.ServerSpans(lambda label, args: Scope([], label, args), Answer, {})

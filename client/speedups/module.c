@@ -191,6 +191,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_parent_span_id);
     Py_CLEAR(state->str_kind);
     Py_CLEAR(state->int_64);
+    Py_CLEAR(state->int_192);
     Py_CLEAR(state->int_sampled);
     Py_CLEAR(state->modules);
     Py_CLEAR(state->otel_name);
@@ -338,9 +339,10 @@ module_exec(PyObject *module)
     state->str_parent_span_id = PyUnicode_InternFromString("parent_span_id");
     state->str_kind = PyUnicode_InternFromString("kind");
     state->int_64 = PyLong_FromLong(64);
+    state->int_192 = PyLong_FromLong(192);
     state->int_sampled = PyLong_FromLong(1);
     if (!state->str_trace_id || !state->str_span_id || !state->str_parent_span_id || !state->str_kind ||
-        !state->int_64 || !state->int_sampled) {
+        !state->int_64 || !state->int_192 || !state->int_sampled) {
         return -1;
     }
     state->str_path = PyUnicode_InternFromString("path");

@@ -24,15 +24,42 @@ configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* 64 random bits, from Python's random.getrandbits (which a forked child seeds anew); -1 with an exception set. */
+/* `count` (1 or 3) words of 64 random bits from Python's random.getrandbits (which a forked child seeds anew), in one
+   draw of 64 * count bits: words[0] its lowest 64, words[count - 1] its highest (getrandbits(192) is three draws of
+   64, the first the lowest, so this is what three draws give); -1 with an exception set. */
 static int
-draw(ModuleState *state, uint64_t *bits)
+draw(ModuleState *state, uint64_t *words, int count)
 {
-    PyObject *drawn = PyObject_CallOneArg(state->random_bits, state->int_64);
+    unsigned char bytes[24]; /* (little-endian: the lowest byte first) */
+    PyObject *drawn = PyObject_CallOneArg(state->random_bits, count == 1 ? state->int_64 : state->int_192);
+    int failed;
     if (drawn == NULL) return -1;
-    *bits = PyLong_AsUnsignedLongLong(drawn);
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyLong_Check(drawn)) {
+        Py_ssize_t needed = PyLong_AsNativeBytes(drawn, bytes, 8 * count,
+                                                 Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                                     Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+        failed = needed < 0 || needed > 8 * count; /* (fewer: leading zeros, all written) */
+    }
+    else {
+        failed = 1;
+    }
+#else
+    failed = !PyLong_Check(drawn) || _PyLong_AsByteArray((PyLongObject *)drawn, bytes, 8 * count, 1, 0) < 0;
+#endif
     Py_DECREF(drawn);
-    return *bits == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+    if (failed) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "getrandbits(%d) gave what is not %d bits", 64 * count,
+                                            64 * count);
+        return -1;
+    }
+    for (int w = 0; w < count; w++) {
+        words[w] = 0;
+        for (int i = 7; i >= 0; i--) {
+            words[w] = (words[w] << 8) | bytes[8 * w + i];
+        }
+    }
+    return 0;
 }
 
 /* `count` 64-bit words as lowercase hex, 16 digits each, the first word first; NULL with an exception set. */
@@ -82,8 +109,8 @@ fail:
 
 /* The new span's SpanContext: a child of `parent` (a SpanContext), or the first span of a new trace (parent None);
    ids never all zero, as the specification asks. The bits are those traceparent.new_root and child_of take from
-   the same generator: getrandbits(192) is three draws of 64, the first the lowest (the span id), the last the
-   highest; a child's span id one draw. NULL with an exception set. */
+   the same generator: getrandbits(192), the lowest 64 the span id, the highest 128 the trace id; a child's span id
+   getrandbits(64). NULL with an exception set. */
 static PyObject *
 new_context(ModuleState *state, PyObject *parent)
 {
@@ -91,7 +118,7 @@ new_context(ModuleState *state, PyObject *parent)
     PyObject *items[4];
     if (parent == Py_None) {
         do { /* (all drawn again when either id is all zeros, as new_root does) */
-            if (draw(state, &words[0]) < 0 || draw(state, &words[1]) < 0 || draw(state, &words[2]) < 0) return NULL;
+            if (draw(state, words, 3) < 0) return NULL;
         } while (words[0] == 0 || (words[1] == 0 && words[2] == 0));
         trace[0] = words[2];
         trace[1] = words[1];
@@ -101,7 +128,7 @@ new_context(ModuleState *state, PyObject *parent)
     }
     else {
         while (words[0] == 0) {
-            if (draw(state, &words[0]) < 0) return NULL;
+            if (draw(state, words, 1) < 0) return NULL;
         }
         items[0] = Py_NewRef(PyTuple_GET_ITEM(parent, 0));
         items[2] = Py_NewRef(PyTuple_GET_ITEM(parent, 2));

@@ -123,7 +123,7 @@ typedef struct {
     /* span_begin.c, from configure_spans(): traceparent.SpanContext, trace_context._Active and _ACTIVE, Python's
        random.getrandbits; the args' keys, and 64 (the bits a draw takes) */
     PyObject *span_context_type, *active_type, *active_var, *random_bits;
-    PyObject *str_trace_id, *str_span_id, *str_parent_span_id, *str_kind, *int_64, *int_sampled;
+    PyObject *str_trace_id, *str_span_id, *str_parent_span_id, *str_kind, *int_64, *int_192, *int_sampled;
     /* server_span.c, from configure_open_span(): sys.modules and OpenTelemetry's module's name (in the program: the
        Python twin opens the span), trace_context's _ENDED_ELSEWHERE's dict, the kinds whose headers are read and
        written, and the Python side's extract, _current_span, inject, _ended_elsewhere and open_span */

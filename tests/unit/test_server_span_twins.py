@@ -10,6 +10,7 @@ raise the same exceptions; a request that cannot be read is served unrecorded, n
 from __future__ import annotations
 
 import contextvars
+import gc
 import sys
 import types
 from collections.abc import Callable
@@ -224,6 +225,28 @@ def test_a_request_s_span_as_recorded() -> None:
 
 
 ROUTE = Route("/users/{id}")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "tracked"), [(("result", 200), False), (("error", 1), False), (("result", [200]), True)]
+)
+def test_the_c_server_span_leaves_its_ended_args_to_no_collection(outcome: tuple[str, object], tracked: bool) -> None:
+    """Its args (a dict holding the response dict, so tracked) wait in a buffer until the next drain: C leaves them
+    untracked once they end holding nothing a cycle could pass through, so that a busy server's collections do not
+    walk them, nor promote them to the older generations. Args holding a container (an odd status) stay tracked."""
+    assert speedups is not None
+    spans = aiohttp_server.ServerSpans(lambda label, args: Scope([], label, args), Answer, {})
+    request = Request([], ROUTE, {}, None)
+    kind, value = outcome
+
+    def one() -> tuple[bool, bool]:
+        span = speedups.begin_server_span(spans, request)
+        begun = gc.is_tracked(span[1])
+        exc = None if kind == "result" else ValueError("broke")
+        speedups.end_server_span(spans, span, request, Result([], value, None), exc)
+        return begun, gc.is_tracked(span[1])
+
+    assert contextvars.copy_context().run(one) == (True, tracked)
 
 
 @pytest.mark.parametrize(

@@ -125,8 +125,32 @@ def test_a_draw_that_fails_leaves_no_current_span_and_raises() -> None:
 
     speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, failing, 1)
     try:
-        with pytest.raises(OSError, match="no 64 bits today"):
+        with pytest.raises(OSError, match="no 192 bits today"):  # (a new trace's ids: one draw)
             speedups.begin_span(None, {}, "internal", None)
     finally:
         speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, random.getrandbits, 1)
     assert current_span() is None and sys.exc_info() == (None, None, None)
+
+
+@pytest.mark.parametrize("drawn", [2**192, -1, 1.5, "ab"])
+def test_a_draw_of_what_is_not_its_bits_is_refused(drawn: object) -> None:
+    assert speedups is not None
+    speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, lambda bits: drawn, 1)
+    try:
+        with pytest.raises((ValueError, OverflowError), match=r"192|too big|negative"):
+            speedups.begin_span(None, {}, "internal", None)
+    finally:
+        speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, random.getrandbits, 1)
+    assert current_span() is None
+
+
+def test_a_draw_with_leading_zero_bytes_gives_ids_with_leading_zeros() -> None:
+    assert speedups is not None
+    drawn = (1 << 64) | 5  # (the trace id 1, the span id 5: most of the 24 bytes zero)
+    speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, lambda bits: drawn, 1)
+    try:
+        context, _, token = speedups.begin_span(None, {}, "internal", None)
+        trace_context._ACTIVE.reset(token)
+    finally:
+        speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, random.getrandbits, 1)
+    assert (context.trace_id, context.span_id) == ("0" * 31 + "1", "0" * 15 + "5")

@@ -410,9 +410,9 @@ untrack_flat_args(PyObject *given)
     PyObject *key, *value;
     Py_ssize_t position = 0;
     if (!PyDict_CheckExact(given) || !PyObject_GC_IsTracked(given)) return;
-    while (PyDict_Next(given, &position, &key, &value)) {
-        if (PyObject_IS_GC(key)) return;
-        if (PyObject_IS_GC(value) && !(PyDict_CheckExact(value) && !PyObject_GC_IsTracked(value))) return;
+    while (PyDict_Next(given, &position, &key, &value)) { /* (a type that may hold references: PyType_IS_GC) */
+        if (PyType_IS_GC(Py_TYPE(key))) return;
+        if (PyType_IS_GC(Py_TYPE(value)) && !(PyDict_CheckExact(value) && !PyObject_GC_IsTracked(value))) return;
     }
     PyObject_GC_UnTrack(given);
 }

@@ -60,6 +60,7 @@ BENCHMARKS = {
     "gc_integration": ("bench_gc_integration.py", 900),
     "lane_drain": ("bench_lane_drain.py", 300),
     "server_span_twins": ("bench_server_span_twins.py", 300),
+    "collections": ("bench_collections.py", 900),
 }
 
 

@@ -3,14 +3,15 @@ under plain ``python`` and under ``ringtrace run``'s defaults, in one run.
 
 A server whose requests free what they allocate rarely sets off a collection (CPython collects when the containers
 allocated outnumber those freed by 700). Recording keeps each request's events in a buffer until the next drain
-(every 50 ms): those that hold containers push the count over, a young collection walks the ones still tracked,
-and those that survive it are promoted, until a full collection walks the whole heap: a pause of the program's
-thread, met only under recording. This counts them: ``workloads/aiohttp_app.py --gc-stats`` (a ``gc.callbacks``
-timer, answered at ``GET /gc``) loaded by ``http_load.py``, the variants interleaved round-robin, each round a fresh
-server. Reported per variant, the medians over rounds: requests/s, collections a second by generation, the mean
-time of a young (generation 0) collection, and the share of the time the server spent collecting. Under ``ringtrace
-run``, a collection's time includes its ``gc`` integration's callback (the span it records). ``--compare PYTHON``
-adds the defaults under that interpreter's ``ringtrace`` (another install: the code before a change).
+(every 50 ms): those that hold containers push the count over, a young collection walks the ones still tracked, and
+those that survive it are promoted, until a full collection walks the whole heap: a pause of the program's thread,
+met only under recording. This counts them: ``workloads/aiohttp_app.py --gc-stats`` (a ``gc.callbacks`` timer,
+answered at ``GET /gc``) loaded by ``http_load.py``, the variants interleaved round-robin, each round a fresh
+server. Reported per variant, the medians over rounds: requests/s, collections a second by generation, the mean time
+of a young (generation 0) collection (over the rounds that had one), and the share of the time the server spent
+collecting. Under ``ringtrace run``, a collection's time includes its ``gc`` integration's callback (the span it
+records). ``--compare PYTHON`` adds the defaults under that interpreter's ``ringtrace`` (another install: the code
+before a change).
 
     python benchmarks/bench_collections.py [--rounds N] [--seconds S] [--compare PYTHON] [--quick]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -70,7 +72,7 @@ def one_round(command: list[str], seconds: float, connections: int) -> list[floa
     rps = float(load.stdout.split()[1])
     made = [after[g][0] - before[g][0] for g in range(3)]
     spent_ns = [after[g][1] - before[g][1] for g in range(3)]
-    young_us = spent_ns[0] / made[0] / 1e3 if made[0] else 0.0
+    young_us = spent_ns[0] / made[0] / 1e3 if made[0] else math.nan  # (none: left out of the median)
     return [rps, *(m / elapsed for m in made), young_us, 100 * sum(spent_ns) / 1e9 / elapsed]
 
 
@@ -101,10 +103,10 @@ def main() -> int:
         )
     rows = []
     for name, measured in runs.items():
-        rps, gen0, gen1, gen2, young_us, share = (median([run[i] for run in measured]) for i in range(6))
-        rows.append(
-            [name, f"{rps:,.0f}", f"{gen0:.1f}", f"{gen1:.2f}", f"{gen2 * 60:.1f}", f"{young_us:.0f}", f"{share:.3f}"]
-        )
+        rps, gen0, gen1, gen2, share = (median([run[i] for run in measured]) for i in (0, 1, 2, 3, 5))
+        timed = [run[4] for run in measured if not math.isnan(run[4])]
+        young = f"{median(timed):.0f}" if timed else "none"
+        rows.append([name, f"{rps:,.0f}", f"{gen0:.1f}", f"{gen1:.2f}", f"{gen2 * 60:.1f}", young, f"{share:.3f}"])
     print(
         table(
             ["variant", "req/s", "gen 0 /s", "gen 1 /s", "gen 2 /min", "gen 0 us", "% of time collecting"],

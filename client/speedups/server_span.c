@@ -137,28 +137,6 @@ fail: { /* the span never began: the current span is again the one it would have
 }
 }
 
-/* A span's args, as it ends, left to the garbage collector's generations no more where they can take part in no
-   cycle: each value is of a type that holds no reference (str, int, None, ...) or a dict that holds none (a server's
-   or client's response map, which a dict's tracking rule leaves untracked). A dict holding a dict is tracked
-   (CPython tracks a dict once a value of a container type is set in it), so without this each request's args waited
-   in its buffer until the next drain as a tracked container: a busy server's collections walked them, and promoted
-   them into full collections (measured in bench_always_on's server: a 15 to 30 ms full collection every few
-   seconds, and a young collection three times as long). The args of a span of a trace are a dict made for it
-   (begin_span's copy), which no one else holds: no cycle can pass through it later (an insertion tracks it again as
-   it needs). The Python twin leaves them tracked: the collections cost more there, and find the same. */
-static void
-untrack_flat_args(PyObject *given)
-{
-    PyObject *key, *value;
-    Py_ssize_t position = 0;
-    if (!PyDict_CheckExact(given) || !PyObject_GC_IsTracked(given)) return;
-    while (PyDict_Next(given, &position, &key, &value)) { /* (a type that may hold references: PyType_IS_GC) */
-        if (PyType_IS_GC(Py_TYPE(key))) return;
-        if (PyType_IS_GC(Py_TYPE(value)) && !(PyDict_CheckExact(value) && !PyObject_GC_IsTracked(value))) return;
-    }
-    PyObject_GC_UnTrack(given);
-}
-
 /* close_span's: 0, or -1 with an exception set. */
 static int
 close_span_of(ModuleState *state, PyObject *scope, PyObject *token, PyObject *context, PyObject *exc_type,
@@ -184,7 +162,6 @@ close_span_of(ModuleState *state, PyObject *scope, PyObject *token, PyObject *co
     answer = PyObject_VectorcallMethod(state->str_exit, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (answer == NULL) return -1;
     Py_DECREF(answer);
-    if (Py_IS_TYPE(scope, state->scope_type)) untrack_flat_args(((Scope *)scope)->args); /* (recorded by then) */
     return 0;
 }
 
@@ -419,6 +396,32 @@ fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, P
     return failed ? -1 : 0;
 }
 
+/* A server span's args, as it ends, left to the garbage collector's generations no more where they can take part in
+   no cycle: each key and value of a type that holds no reference (str, int, None, ...), or the response dict, which
+   holds none (a dict's tracking rule leaves it untracked) and which only the args hold. A dict holding a dict is
+   tracked (CPython tracks a dict once a value of a container type is set in it: the inner one may change without
+   the outer knowing), so without this each request's args waited in its buffer until the next drain as a tracked
+   container: a busy server's young collections walked them (about twice as long, measured), and promoted them into
+   full collections (bench_collections.py). The args are made here for the span (request_args, then begin_span's
+   copy) and held by the span alone, so no cycle can pass through them later: an inner dict anyone else holds (a
+   refcount above 1) is not taken as one that holds nothing, and an insertion into the args tracks them again. A span
+   that ends with an exception records a copy (with its type), left tracked; so does the Python twin its args. */
+static void
+untrack_flat_args(PyObject *given)
+{
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    if (!PyDict_CheckExact(given) || !PyObject_GC_IsTracked(given)) return;
+    while (PyDict_Next(given, &position, &key, &value)) { /* (a type that may hold references: PyType_IS_GC) */
+        if (PyType_IS_GC(Py_TYPE(key))) return;
+        if (PyType_IS_GC(Py_TYPE(value)) &&
+            !(PyDict_CheckExact(value) && !PyObject_GC_IsTracked(value) && Py_REFCNT(value) == 1)) {
+            return;
+        }
+    }
+    PyObject_GC_UnTrack(given);
+}
+
 /* end_server_span(spans, span, request, result, exc): aiohttp_server.end_in_python's twin. */
 PyObject *
 end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -460,6 +463,7 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
         PyErr_Clear(); /* (a request's odd state: the span ends with what was filled in so far) */
     }
+    untrack_flat_args(given); /* (its args are final: the scope records them as it exits) */
     if (closing == NULL || closing == Py_None) {
         closing = Py_None;
     }

@@ -34,25 +34,28 @@ draw(ModuleState *state, uint64_t *words, int count)
     PyObject *drawn = PyObject_CallOneArg(state->random_bits, count == 1 ? state->int_64 : state->int_192);
     int failed;
     if (drawn == NULL) return -1;
-#if PY_VERSION_HEX >= 0x030D0000
-    if (PyLong_Check(drawn)) {
-        Py_ssize_t needed = PyLong_AsNativeBytes(drawn, bytes, 8 * count,
-                                                 Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
-                                                     Py_ASNATIVEBYTES_REJECT_NEGATIVE);
-        failed = needed < 0 || needed > 8 * count; /* (fewer: leading zeros, all written) */
-    }
-    else {
-        failed = 1;
-    }
-#else
-    failed = !PyLong_Check(drawn) || _PyLong_AsByteArray((PyLongObject *)drawn, bytes, 8 * count, 1, 0) < 0;
-#endif
-    Py_DECREF(drawn);
-    if (failed) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "getrandbits(%d) gave what is not %d bits", 64 * count,
-                                            64 * count);
+    if (!PyLong_Check(drawn)) {
+        PyErr_Format(PyExc_TypeError, "getrandbits(%d) gave %.100s, not an int", 64 * count, Py_TYPE(drawn)->tp_name);
+        Py_DECREF(drawn);
         return -1;
     }
+    /* (what does not fit, or is negative: OverflowError on every version, as 3.11's and 3.12's conversion says it) */
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_ssize_t needed = PyLong_AsNativeBytes(drawn, bytes, 8 * count,
+                                             Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                                 Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    failed = needed < 0 || needed > 8 * count; /* (fewer: leading zeros, all written) */
+    if (needed < 0 && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
+    }
+    else if (needed > 8 * count) {
+        PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+    }
+#else
+    failed = _PyLong_AsByteArray((PyLongObject *)drawn, bytes, 8 * count, 1, 0) < 0;
+#endif
+    Py_DECREF(drawn);
+    if (failed) return -1;
     for (int w = 0; w < count; w++) {
         words[w] = 0;
         for (int i = 7; i >= 0; i--) {

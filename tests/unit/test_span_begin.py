@@ -132,12 +132,16 @@ def test_a_draw_that_fails_leaves_no_current_span_and_raises() -> None:
     assert current_span() is None and sys.exc_info() == (None, None, None)
 
 
-@pytest.mark.parametrize("drawn", [2**192, -1, 1.5, "ab"])
-def test_a_draw_of_what_is_not_its_bits_is_refused(drawn: object) -> None:
+@pytest.mark.parametrize(
+    ("drawn", "refused", "said"),
+    [(2**192, OverflowError, "too big"), (-1, OverflowError, "negative"), (1.5, TypeError, "float, not an int")],
+)
+def test_a_draw_of_what_is_not_its_bits_is_refused(drawn: object, refused: type[Exception], said: str) -> None:
+    """The same exception on every version (3.13 converts ints its own way)."""
     assert speedups is not None
     speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, lambda bits: drawn, 1)
     try:
-        with pytest.raises((ValueError, OverflowError), match=r"192|too big|negative"):
+        with pytest.raises(refused, match=said):
             speedups.begin_span(None, {}, "internal", None)
     finally:
         speedups.configure_spans(SpanContext, trace_context._Active, trace_context._ACTIVE, random.getrandbits, 1)

@@ -4,9 +4,11 @@ current span per thread and per asyncio task, trace-aware scopes, and OpenTeleme
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -503,3 +505,26 @@ def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], sorted(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_span_s_args_pointing_back_at_it_after_it_ended_are_still_collected() -> None:
+    """A span's args hold the caller's values: a dict of the caller's that later points back at the span makes a
+    cycle through them, which the garbage collector must still find (a span never leaves args it shares untracked)."""
+
+    class Marker:
+        pass
+
+    listener = MemoryListener()
+    tl = Timeline("cycles", [listener])
+    meta: dict[str, Any] = {}
+    span = tl.trace_scope("op", meta=meta)
+    with span:
+        pass
+    marker = Marker()
+    meta["owner"], meta["marker"] = span, marker
+    gone = weakref.ref(marker)
+    tl.close()
+    assert [event.name for event in listener.events] == ["op"]  # (recorded: its args in the buffer, then the listener)
+    del span, meta, marker, tl, listener
+    gc.collect()
+    assert gone() is None

@@ -121,7 +121,7 @@ typedef struct {
     PyObject *str_get_name, *str_task, *str_as_dict, *str_c_asyncio;
     PyObject *lane_names[LANE_NAMES]; /* first_lane.c: the attribute and method names it reads (see LaneName) */
     /* span_begin.c, from configure_spans(): traceparent.SpanContext, trace_context._Active and _ACTIVE, Python's
-       random.getrandbits; the args' keys, and 64 (the bits a draw takes) */
+       random.getrandbits; the args' keys, and 64 and 192 (the bits a child's draw takes, and a new trace's) */
     PyObject *span_context_type, *active_type, *active_var, *random_bits;
     PyObject *str_trace_id, *str_span_id, *str_parent_span_id, *str_kind, *int_64, *int_192, *int_sampled;
     /* server_span.c, from configure_open_span(): sys.modules and OpenTelemetry's module's name (in the program: the

@@ -77,10 +77,10 @@ current_parent(ModuleState *state)
     return parent;
 }
 
-/* open_span's: (scope, args, token, context), or NULL with an exception set. */
+/* open_span's: (scope, args, token, context), or NULL with an exception set; `owned` as begin_span_of takes it. */
 static PyObject *
 open_span_of(ModuleState *state, PyObject *make_scope, PyObject *label, PyObject *kind, PyObject *headers,
-             PyObject *given)
+             PyObject *given, int owned)
 {
     PyObject *otel, *parent = NULL, *begun, *scope = NULL, *answer, *result, *call[4];
     int listed;
@@ -102,7 +102,7 @@ open_span_of(ModuleState *state, PyObject *make_scope, PyObject *label, PyObject
         Py_XDECREF(parent);
         if ((parent = current_parent(state)) == NULL) return NULL;
     }
-    begun = begin_span_of(state, parent, given, kind, Py_None);
+    begun = begin_span_of(state, parent, given, kind, Py_None, owned);
     Py_DECREF(parent);
     if (begun == NULL) return NULL;
     /* begun is (context, args, token), held to the end: its items are borrowed from it */
@@ -174,7 +174,7 @@ open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      nargs);
         return NULL;
     }
-    return open_span_of(PyModule_GetState(module), args[0], args[1], args[2], args[3], args[4]);
+    return open_span_of(PyModule_GetState(module), args[0], args[1], args[2], args[3], args[4], 0);
 }
 
 /* close_span(scope, token, context, exc_type, exc, tb): trace_context.close_span_in_python's twin. */
@@ -259,7 +259,7 @@ begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (open) Py_RETURN_NONE; /* an app inside another, or a middleware under a recorded app: one span a request */
     if ((token = PyContextVar_Set(state->serving_var, Py_True)) == NULL) return NULL;
     if ((given = request_args(state, args[1], &path, &headers)) != NULL) {
-        span = open_span_of(state, PyTuple_GET_ITEM(args[0], 0), path, state->str_server, headers, given);
+        span = open_span_of(state, PyTuple_GET_ITEM(args[0], 0), path, state->str_server, headers, given, 1);
         Py_DECREF(given);
         Py_DECREF(path);
         Py_DECREF(headers);
@@ -402,8 +402,8 @@ fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, P
    tracked (CPython tracks a dict once a value of a container type is set in it: the inner one may change without
    the outer knowing), so without this each request's args waited in its buffer until the next drain as a tracked
    container: a busy server's young collections walked them (about twice as long, measured), and promoted them into
-   full collections (bench_collections.py). The args are made here for the span (request_args, then begin_span's
-   copy) and held by the span alone, so no cycle can pass through them later: an inner dict anyone else holds (a
+   full collections (bench_collections.py). The args are made here for the span (request_args, the ids added in
+   begin_span_of) and held by the span alone, so no cycle can pass through them later: an inner dict anyone else holds (a
    refcount above 1) is not taken as one that holds nothing, and an insertion into the args tracks them again. A span
    that ends with an exception records a copy (with its type), left tracked; so does the Python twin its args. */
 static void

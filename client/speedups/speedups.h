@@ -273,7 +273,8 @@ PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
 /* span_begin.c */
 PyObject *configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span);
+PyObject *begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span,
+                        int owned);
 
 /* server_span.c */
 PyObject *configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

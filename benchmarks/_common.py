@@ -13,6 +13,7 @@ import math
 import os
 import queue
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -154,6 +156,41 @@ def stop_process(process: subprocess.Popen[Any]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free a moment ago (for a workload server, which takes it as an argument)."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def listening_server(command: list[str], what: str, **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """``command`` (a workload server) started and yielded once it printed ``listening`` (60 s at most: else
+    RuntimeError naming ``what``); stopped after. ``popen``: more of ``subprocess.Popen``'s arguments."""
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **popen)
+    try:
+        assert server.stdout is not None
+        deadline = time.monotonic() + 60
+        while server.stdout.readline().strip() != "listening":
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {what}")
+        yield server
+    finally:
+        stop_process(server)
+
+
+def http_load(workloads: Path, port: int, seconds: float, connections: int) -> float:
+    """``workloads/http_load.py`` run against 127.0.0.1:``port``: the requests/s answered with 200."""
+    load = subprocess.run(
+        [sys.executable, str(workloads / "http_load.py"), str(port), str(seconds), str(connections)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+        check=True,
+    )
+    return float(load.stdout.split()[1])
 
 
 def wait_connected(timeline: Timeline, timeout_s: float = 15.0) -> Streamer | None:

@@ -39,13 +39,11 @@ import argparse
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from _common import collector, interleave, median, process_cpu_s, stop_process, table
+from _common import collector, free_port, http_load, interleave, listening_server, median, process_cpu_s, table
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -110,43 +108,20 @@ def cpu_mix(command: list[str], batches: int) -> tuple[float, float, float, floa
     return float(match.group(1)), float(match.group(2)), float(match.group(3)), float(match.group(4))
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def server_rps(command: list[str], seconds: float, connections: int, pin: bool) -> tuple[float, float, float]:
     """Requests/s answered, the server's CPU us a request, and its main thread's (the event loop's: ringtrace's own
     threads apart). ``pin``: the server on the second core (this process, the load and the collector on the first)."""
     port = free_port()
-    server = subprocess.Popen(
+    with listening_server(
         [*command, str(WORKLOADS / "aiohttp_app.py"), str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+        str(command),
         preexec_fn=(lambda: os.sched_setaffinity(0, {SERVER_CORE})) if pin else None,
-    )
-    try:
-        assert server.stdout is not None
-        deadline = time.monotonic() + 60
-        while server.stdout.readline().strip() != "listening":
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {command}")
+    ) as server:
         cpu_before, main_before = process_cpu_s(server.pid), process_cpu_s(server.pid, server.pid)
-        load = subprocess.run(
-            [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 120,
-            check=True,
-        )
-        rps = float(load.stdout.split()[1])
+        rps = http_load(WORKLOADS, port, seconds, connections)
         per_request = 1e6 / (rps * seconds)
         main_s = process_cpu_s(server.pid, server.pid) - main_before
         return rps, (process_cpu_s(server.pid) - cpu_before) * per_request, main_s * per_request
-    finally:
-        stop_process(server)
 
 
 def main() -> int:

@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from _common import collector, interleave, median, stop_process, table
-from bench_always_on import free_port
+from _common import collector, free_port, http_load, interleave, listening_server, median, table
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -46,30 +44,10 @@ def one_round(command: list[str], seconds: float, connections: int) -> list[floa
     """Requests/s; collections a second of generations 0, 1 and 2; a young collection's mean us; the share of the
     time spent collecting, in %."""
     port = free_port()
-    server = subprocess.Popen(
-        [*command, str(WORKLOADS / "aiohttp_app.py"), str(port), "--gc-stats"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        deadline = time.monotonic() + 60
-        while server.stdout.readline().strip() != "listening":
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {command}")
+    with listening_server([*command, str(WORKLOADS / "aiohttp_app.py"), str(port), "--gc-stats"], str(command)):
         before, started = collections(port), time.monotonic()
-        load = subprocess.run(
-            [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 120,
-            check=True,
-        )
+        rps = http_load(WORKLOADS, port, seconds, connections)
         after, elapsed = collections(port), time.monotonic() - started
-    finally:
-        stop_process(server)
-    rps = float(load.stdout.split()[1])
     made = [after[g][0] - before[g][0] for g in range(3)]
     spent_ns = [after[g][1] - before[g][1] for g in range(3)]
     young_us = spent_ns[0] / made[0] / 1e3 if made[0] else math.nan  # (none: left out of the median)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-from _common import collector, table, verdict
+from _common import collector, free_port, table, verdict
 
 TARGET_S = 1.0
 
@@ -26,12 +25,6 @@ while True:
     tl.instant("tick")
     time.sleep(0.005)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main() -> int:

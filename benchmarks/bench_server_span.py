@@ -18,14 +18,23 @@ and encode, plain scope against server span.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import collector, interleave, median, process_cpu_s, stop_process, table, wait_connected
+from _common import (
+    collector,
+    free_port,
+    http_load,
+    interleave,
+    listening_server,
+    median,
+    process_cpu_s,
+    table,
+    wait_connected,
+)
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -36,34 +45,13 @@ def server_rps(
     variant: str, address: str, seconds: float, connections: int, python: str = sys.executable
 ) -> tuple[float, float]:
     """Requests/s answered, and the server's CPU us per request answered."""
-    from bench_always_on import free_port
-
     port = free_port()
-    server = subprocess.Popen(
-        [python, str(WORKLOADS / "aiohttp_traced_app.py"), str(port), variant, address],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=WORKLOADS,
-    )
-    try:
-        assert server.stdout is not None
-        deadline = time.monotonic() + 60
-        while server.stdout.readline().strip() != "listening":
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {variant}")
+    with listening_server(
+        [python, str(WORKLOADS / "aiohttp_traced_app.py"), str(port), variant, address], variant, cwd=WORKLOADS
+    ) as server:
         cpu_before = process_cpu_s(server.pid)
-        load = subprocess.run(
-            [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 120,
-            check=True,
-        )
-        rps = float(load.stdout.split()[1])
+        rps = http_load(WORKLOADS, port, seconds, connections)
         return rps, (process_cpu_s(server.pid) - cpu_before) / (rps * seconds) * 1e6
-    finally:
-        stop_process(server)
 
 
 def span_costs(address: str, events: int) -> dict[str, tuple[float, float]]:

@@ -158,6 +158,15 @@ def stop_process(process: subprocess.Popen[Any]) -> None:
             process.wait(timeout=10)
 
 
+def compared_ringtrace(parser: argparse.ArgumentParser, python: str) -> str:
+    """The ``ringtrace`` command of another install (``--compare PYTHON``: the one beside that interpreter), or the
+    parser's error where there is none."""
+    command = Path(python).with_name("ringtrace")
+    if not os.access(command, os.X_OK):
+        parser.error(f"--compare {python}: no ringtrace command beside it ({command}): install the tree there first")
+    return str(command)
+
+
 def free_port() -> int:
     """A port of 127.0.0.1 free a moment ago (for a workload server, which takes it as an argument)."""
     with socket.socket() as probe:

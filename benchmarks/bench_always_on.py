@@ -43,7 +43,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import collector, free_port, http_load, interleave, listening_server, median, process_cpu_s, table
+from _common import (
+    collector,
+    compared_ringtrace,
+    free_port,
+    http_load,
+    interleave,
+    listening_server,
+    median,
+    process_cpu_s,
+    table,
+)
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -146,6 +156,8 @@ def main() -> int:
         if len(os.sched_getaffinity(0)) < 2 or {0, SERVER_CORE} - os.sched_getaffinity(0):
             parser.error(f"--pin needs cores 0 and {SERVER_CORE}; this process may run on {os.sched_getaffinity(0)}")
         os.sched_setaffinity(0, {0})  # (the load and the collector, started from here, inherit it)
+    if args.compare is not None:
+        compared_ringtrace(parser, args.compare)
     if args.quick:
         args.rounds, args.batches, args.seconds = 2, 100, 2.0
     nan = float("nan")

@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import collector, free_port, http_load, interleave, listening_server, median, table
+from _common import collector, compared_ringtrace, free_port, http_load, interleave, listening_server, median, table
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -66,15 +66,11 @@ def main() -> int:
         parser.error("--rounds and --connections at least 1, --seconds above 0")
     if args.quick:
         args.rounds, args.seconds = 2, 3.0
+    compared = None if args.compare is None else compared_ringtrace(parser, args.compare)
     with collector() as running:
         commands = {"python": [sys.executable], "ringtrace run": [RINGTRACE, "run", "--collector", running.tcp]}
-        if args.compare is not None:
-            commands["ringtrace run (compare)"] = [
-                str(Path(args.compare).with_name("ringtrace")),
-                "run",
-                "--collector",
-                running.tcp,
-            ]
+        if compared is not None:
+            commands["ringtrace run (compare)"] = [compared, "run", "--collector", running.tcp]
         runs = interleave(
             {name: lambda c=c: one_round(c, args.seconds, args.connections) for name, c in commands.items()},
             args.rounds,

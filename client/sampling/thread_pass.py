@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.accelerator import speedups
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.recording.sources import Source
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def run_passes_in_python(
                 next_s -= delay
                 delay = 0.0
             while delay > 0 and not stopping[0]:
-                time.sleep(min(delay, _STOP_LATENCY_S))
+                unpatched.sleep(min(delay, _STOP_LATENCY_S))  # (not gevent's, patched since: see unpatched.py)
                 delay = next_s - time.monotonic()
             if stopping[0] or flusher.exiting:
                 break

@@ -209,6 +209,49 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     assert lanes == [("work", False, [GEVENT_STEP, GEVENT_STEP])] * 3, found
 
 
+SAMPLED_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import _thread
+import time
+
+from ringtrace.client.sampling import start_sampler
+
+sampler = start_sampler()  # (ringtrace run's, sampling since the interpreter started)
+patched_sleep = time.sleep
+sleepers = set()
+
+
+def counted_sleep(seconds):
+    sleepers.add(_thread.get_native_id())  # (the OS thread's: gevent does not patch it)
+    patched_sleep(seconds)
+
+
+time.sleep = counted_sleep
+first, deadline, total = sampler.passes, time.monotonic() + 60, 0
+while sampler.passes < first + 20 and time.monotonic() < deadline:
+    total += sum(range(1000))
+time.sleep = patched_sleep
+print(sampler.passes - first >= 20, sorted(sleepers - {_thread.get_native_id()}))
+"""
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_the_sampler_sleeps_between_passes_on_the_interpreter_s_sleep_once_gevent_patched(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    pytest.importorskip("gevent")
+    # The pure-Python loop slept with ``time.sleep``, gevent's once patched: each sleep ran a hub of its own in the
+    # sampler's OS thread, whose start could recurse through the import lock (patched too) until a RecursionError.
+    (tmp_path / "app.py").write_text(textwrap.dedent(SAMPLED_SCRIPT), encoding="utf-8")
+    argv = [RINGTRACE, "run", "--collector", collector.tcp_address, "--sample-hz", "200", "app.py"]
+    done = run(argv, tmp_path, program_environment(RINGTRACE_PURE_PYTHON=pure_python))
+    assert (done.returncode, done.stdout) == (0, "True []\n"), done.stderr
+    assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
+
+
 SUBPROCESS_SCRIPT = """
 from gevent import monkey
 

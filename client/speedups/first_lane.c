@@ -17,11 +17,54 @@
 
 #include "speedups.h"
 
+#ifndef Py_T_OBJECT_EX /* (3.11: structmember.h's names) */
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
+
+/* Where `object.name` is kept: the address of its __slots__ member, where the name is one of its type's (Lane,
+   TrackBuffer, Had: read as the member's descriptor reads it, without the generic lookup and the descriptor's call,
+   about 200 instructions each, ten reads a request); else NULL. A member with any flag (read-only, audited) is not
+   one, and the callers look only where the type keeps the generic attribute access (no __getattribute__ or
+   __setattr__ of its own). */
+static PyObject **
+slot_of(PyObject *object, PyObject *name)
+{
+    PyObject *descriptor = _PyType_Lookup(Py_TYPE(object), name); /* (borrowed; the type's cache) */
+    PyMemberDef *member;
+    if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) return NULL;
+    member = ((PyMemberDescrObject *)descriptor)->d_member;
+    if (member->type != Py_T_OBJECT_EX || member->flags != 0 ||
+        !PyObject_TypeCheck(object, PyDescr_TYPE(descriptor))) {
+        return NULL;
+    }
+    return (PyObject **)((char *)object + member->offset);
+}
+
+/* `object.name` (a new reference), or NULL with an exception set: a __slots__ member read in place (an unset one is
+   left to PyObject_GetAttr, which raises as ever). */
+static PyObject *
+attribute_of(PyObject *object, PyObject *name)
+{
+    PyObject **slot = Py_TYPE(object)->tp_getattro == PyObject_GenericGetAttr ? slot_of(object, name) : NULL;
+    if (slot != NULL && *slot != NULL) return Py_NewRef(*slot);
+    return PyObject_GetAttr(object, name);
+}
+
+/* `object.name = value`: 0, or -1 with an exception set; a __slots__ member set in place. */
+static int
+set_attribute_of(PyObject *object, PyObject *name, PyObject *value)
+{
+    PyObject **slot = Py_TYPE(object)->tp_setattro == PyObject_GenericSetAttr ? slot_of(object, name) : NULL;
+    if (slot == NULL) return PyObject_SetAttr(object, name, value);
+    Py_XSETREF(*slot, Py_NewRef(value)); /* (the value it held may go: set first, as the descriptor does) */
+    return 0;
+}
+
 /* Whether `object.name` is `expected` (1), is not (0), or could not be read (-1, an exception set). */
 static int
 attribute_is(PyObject *object, PyObject *name, PyObject *expected)
 {
-    PyObject *value = PyObject_GetAttr(object, name);
+    PyObject *value = attribute_of(object, name);
     if (value == NULL) return -1;
     Py_DECREF(value); /* (compared by identity only: the owner still holds it) */
     return value == expected;
@@ -37,7 +80,7 @@ first_done_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *l
     int holds;
     for (i = 0; i < PyList_GET_SIZE(lanes) && i < self->first_fit; i++) { /* (the list may grow meanwhile: not here) */
         lane = Py_NewRef(PyList_GET_ITEM(lanes, i));
-        held = PyObject_GetAttr(lane, names[LANE_TASK]);
+        held = attribute_of(lane, names[LANE_TASK]);
         if (held == NULL) goto not_found;
         if (held == Py_None || held == task || Py_TYPE(held) != Py_TYPE(task)) goto not_found; /* (free: Python's) */
         if ((done = PyObject_CallMethodNoArgs(held, names[LANE_DONE])) == NULL) goto not_found;
@@ -75,13 +118,13 @@ take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *l
     Py_DECREF(tracks);
     if (holds <= 0) goto not_taken;
     if ((lane = first_done_lane(self, lanes, task, loop, &held)) == NULL) goto not_taken;
-    if ((had = PyObject_GetAttr(lane, names[LANE_HAD])) == NULL) goto not_taken;
+    if ((had = attribute_of(lane, names[LANE_HAD])) == NULL) goto not_taken;
     holds = attribute_is(had, state->str_on, Py_False); /* (remembered for traced calls: Lane.take does more) */
     Py_DECREF(had);
     if (holds <= 0) goto not_taken;
-    if ((buffer = PyObject_GetAttr(lane, names[LANE_BUFFER])) == NULL || buffer == Py_None) goto not_taken;
+    if ((buffer = attribute_of(lane, names[LANE_BUFFER])) == NULL || buffer == Py_None) goto not_taken;
     if ((holds = attribute_is(buffer, names[LANE_OWNER], held)) <= 0) goto not_taken;
-    if ((events = PyObject_GetAttr(buffer, state->str_events)) == NULL || !PyList_CheckExact(events)) goto not_taken;
+    if ((events = attribute_of(buffer, state->str_events)) == NULL || !PyList_CheckExact(events)) goto not_taken;
     *held_values = PyList_GET_SIZE(events);
     if (*held_values + 2 * RECORD_FIELDS > self->max_values) goto not_taken; /* (a new buffer: the Python path's) */
     /* Tracks._take_lane and Lane.take, for this case: the done task records no more; the switch, then the task. */
@@ -95,7 +138,7 @@ take_first_lane(RecorderCore *self, PyObject *lanes, PyObject *task, PyObject *l
     values[3] = PyLong_FromLong(0);
     values[4] = Py_NewRef(Py_None);
     if (append_event(state, events, values, PY_SSIZE_T_MAX) < 0) goto failed;
-    if (PyObject_SetAttr(buffer, names[LANE_OWNER], task) < 0 || PyObject_SetAttr(lane, names[LANE_TASK], task) < 0 ||
+    if (set_attribute_of(buffer, names[LANE_OWNER], task) < 0 || set_attribute_of(lane, names[LANE_TASK], task) < 0 ||
         PyDict_SetItem(self->task_buffers, task, buffer) < 0) {
         goto failed;
     }

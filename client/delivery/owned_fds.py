@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import operator
 import os
 import socket
 from collections.abc import Callable
+from typing import Final
 
 from ringtrace.client.accelerator import speedups
 
@@ -81,9 +83,14 @@ class OwnedFile:
         self._key = None
 
 
+#: The largest number a descriptor can have (a C int's).
+_LARGEST_FD: Final = 2**31 - 1
+
+
 def _fstat_identity(fd: int) -> tuple[int, int] | None:
-    """The device and inode of descriptor ``fd``; None for a negative one, or one ``fstat`` fails on."""
-    if fd < 0:
+    """The device and inode of descriptor ``fd`` (an int: TypeError else); None for a number no descriptor has
+    (negative, or past ``_LARGEST_FD``), or one ``fstat`` fails on."""
+    if not 0 <= operator.index(fd) <= _LARGEST_FD:
         return None
     try:
         status = os.fstat(fd)

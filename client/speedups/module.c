@@ -13,19 +13,19 @@ module_record_labels(PyObject *module, PyObject *Py_UNUSED(ignored))
     return Py_NewRef(state->labels);
 }
 
-/* fd_identity(fd): (st_dev, st_ino) of the descriptor, or None (a negative one, or fstat failed): owned_fds's
-   check of a socket of ours, as its pure-Python twin answers. The interpreter lock is held through the fstat (on a
-   socket, a call that does not wait): the delivery threads check their sockets on each pass, and a call that let go
-   of the lock handed the interpreter to the program's threads and back each time. Retried when a signal interrupts
-   it, as os.fstat is. */
+/* fd_identity(fd): (st_dev, st_ino) of the descriptor, or None (a number no descriptor has: negative, or past a C
+   int; or fstat failed): owned_fds's check of a socket of ours, as its pure-Python twin answers. The interpreter lock
+   is held through the fstat (on a socket, a call that does not wait): the delivery threads check their sockets on
+   each pass, and a call that let go of the lock handed the interpreter to the program's threads and back each time.
+   Retried when a signal interrupts it, as os.fstat is. */
 static PyObject *
 module_fd_identity(PyObject *module, PyObject *arg)
 {
     struct stat status;
-    int failed;
-    long fd = PyLong_AsLong(arg);
+    int failed, overflow;
+    long fd = PyLong_AsLongAndOverflow(arg, &overflow);
     if (fd == -1 && PyErr_Occurred()) return NULL;
-    if (fd < 0 || fd > INT_MAX) Py_RETURN_NONE;
+    if (overflow || fd < 0 || fd > INT_MAX) Py_RETURN_NONE; /* (no descriptor has that number) */
     do {
         failed = fstat((int)fd, &status) != 0;
     } while (failed && errno == EINTR);

@@ -229,7 +229,7 @@ def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket
 
 def test_the_c_check_of_a_descriptor_answers_as_its_python_twin(tmp_path: Path) -> None:
     """``fd_identity`` (C, the interpreter lock held) and ``os.fstat``'s: a socket, a file, a pipe, a closed number,
-    a negative one, one past any descriptor."""
+    negative ones, numbers past any descriptor's (a C int's, a C long's), and what is not an int."""
     if speedups is None:
         pytest.skip("the C accelerator is not in use in this process")
     sock_a, sock_b = socket.socketpair()
@@ -240,14 +240,15 @@ def test_the_c_check_of_a_descriptor_answers_as_its_python_twin(tmp_path: Path) 
         os.close(closed)
         closed_b.close()
         numbers = [sock_a.fileno(), sock_b.fileno(), file.fileno(), reader, writer, closed, -1, -(2**31), 2**31 - 1]
+        numbers += [2**31, 2**63 - 1, 2**63, 2**70, -(2**70)]
         try:
             answers = [(speedups.fd_identity(number), owned_fds._fstat_identity(number)) for number in numbers]
         finally:
             os.close(reader)
             os.close(writer)
     assert all(c == python for c, python in answers), answers
-    assert [c is None for c, _ in answers] == [False] * 5 + [True] * 4
-    with pytest.raises(OverflowError):
-        speedups.fd_identity(2**70)
-    with pytest.raises(TypeError):
-        speedups.fd_identity("3")  # type: ignore[arg-type]
+    assert [c is None for c, _ in answers] == [False] * 5 + [True] * 9
+    for odd in ("3", 1.5, -1.5, None):
+        for twin in (speedups.fd_identity, owned_fds._fstat_identity):
+            with pytest.raises(TypeError):
+                twin(odd)  # type: ignore[arg-type]

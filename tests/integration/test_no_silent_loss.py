@@ -174,7 +174,9 @@ def test_the_warning_of_refused_events_names_the_counter_that_holds_them() -> No
     result = json.loads(done.stdout)
     [warning] = [line for line in result["said"] if "could not store" in line]
     assert result["refused"] > 0 and result["dropped"] == 0, result
-    assert f"could not store {result['refused']:,} events" in warning, warning
+    # (the warning comes at the first refusal: on a busy machine, before the last of them; the next a minute later)
+    said = re.search(r"could not store ([\d,]+) events", warning)
+    assert said is not None and 0 < int(said.group(1).replace(",", "")) <= result["refused"], (warning, result)
     assert "counted in the streamer's refused_events (among the timeline's listeners), not in dropped_events" in (
         warning
     )

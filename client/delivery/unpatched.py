@@ -8,6 +8,11 @@ socket made by a background thread would start a hub and switch greenlets in tha
 greenlet state, cleaned up as the thread ends at exit, crashed the interpreter (a segfault in greenlet's switch).
 So the background threads wait, sleep and connect with what this module captured when it was imported.
 
+What they log goes to stderr, not through the program's handlers, once gevent patched ``threading``: a handler's lock
+is gevent's then (made by the patched ``threading``), and taking it from an OS thread of ours started a hub there; the
+program died of gevent's ``LoopExit`` or hung, its own greenlet waiting on a lock that hub held (the collector down or
+restarted, whose warnings the streamer's thread logs).
+
 Only ours, and only those that are OS threads: a program that patched before ringtrace's threads started has them
 run as greenlets (``threading.Thread`` is a greenlet then), in the thread of its hub, where a wait on an OS lock would
 stall every greenlet; so would the program's own threads waiting (a flush) once patched. Each background thread calls
@@ -20,6 +25,8 @@ imported gives gevent's here anyway, its threads being greenlets throughout.
 from __future__ import annotations
 
 import _thread
+import contextlib
+import logging
 import socket
 import sys
 import time
@@ -70,6 +77,21 @@ def threads_are_greenlets() -> bool:
 def thread_ends() -> None:
     """Called last by each background thread (its ident may be another thread's next)."""
     _os_threads.discard(get_ident())
+
+
+def _to_stderr_off_gevent(record: logging.LogRecord) -> bool:
+    """A filter of ringtrace's logger: a record logged in an OS thread of ours once gevent patched ``threading`` is
+    written to stderr here and goes no further (False); any other goes on to the handlers (True). See above."""
+    if get_ident() not in _os_threads or not threads_are_greenlets():
+        return True
+    with contextlib.suppress(Exception):  # (stderr closed or gone, at exit: lost, never raised into this thread)
+        sys.stderr.write(_FORMAT.format(record) + "\n")
+    return False
+
+
+#: What a record written to stderr looks like (``logging``'s last resort: the message, and a traceback if any).
+_FORMAT: Final = logging.Formatter("%(message)s")
+logging.getLogger("ringtrace.client").addFilter(_to_stderr_off_gevent)
 
 
 def _greenlet_here() -> bool:

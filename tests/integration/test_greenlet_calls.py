@@ -8,6 +8,7 @@ on a lane; the C tracer and the pure-Python one give the same trees.
 from __future__ import annotations
 
 import re
+import socket
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,67 @@ def test_the_sampler_sleeps_between_passes_on_the_interpreter_s_sleep_once_geven
     done = run(argv, tmp_path, program_environment(RINGTRACE_PURE_PYTHON=pure_python))
     assert (done.returncode, done.stdout) == (0, "True []\n"), done.stderr
     assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
+
+
+UNREACHABLE_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import _thread
+import logging
+import sys
+import time
+
+import gevent
+
+MAIN = _thread.get_native_id()  # (the OS thread's: gevent does not patch it)
+handled_in = []
+
+
+class Seen(logging.Handler):  # (its lock gevent's: made once patched)
+    def emit(self, record):
+        if record.name.startswith("ringtrace"):
+            handled_in.append(_thread.get_native_id())
+
+
+class Captured:
+    def __init__(self, stream):
+        self.stream, self.text = stream, []
+
+    def write(self, text):
+        self.text.append(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+logging.getLogger().addHandler(Seen())
+sys.stderr = Captured(sys.stderr)
+logging.getLogger("app").warning("a first event")  # (the streamer starts, and finds no collector)
+deadline = time.monotonic() + 60
+while "cannot reach the collector" not in "".join(sys.stderr.text) and time.monotonic() < deadline:
+    gevent.sleep(0.05)
+warned = "cannot reach the collector" in "".join(sys.stderr.text)
+print(warned, sorted(set(handled_in) - {MAIN}))
+"""
+
+
+def test_ringtrace_s_threads_log_past_the_program_s_handlers_once_gevent_patched(tmp_path: Path) -> None:
+    pytest.importorskip("gevent")
+    # The streamer's warning that the collector is down went through the program's handler, whose lock gevent's
+    # patched threading made: taken from the streamer's OS thread it started a hub there, and the program died of
+    # gevent's LoopExit or hung (a collector started late or restarted). Now it is written to stderr, at once.
+    (tmp_path / "app.py").write_text(textwrap.dedent(UNREACHABLE_SCRIPT), encoding="utf-8")
+    with socket.socket() as probe:  # (a port nothing listens on)
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    done = run(
+        [RINGTRACE, "run", "--collector", nowhere, "--exit-timeout", "1", "app.py"], tmp_path, program_environment()
+    )
+    assert (done.returncode, done.stdout) == (0, "True []\n"), done.stderr
+    assert "Traceback" not in done.stderr and "LoopExit" not in done.stderr, done.stderr
 
 
 SUBPROCESS_SCRIPT = """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import socket
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,52 @@ def test_the_sampler_sleeps_between_passes_on_the_interpreter_s_sleep_once_geven
     done = run(argv, tmp_path, program_environment(RINGTRACE_PURE_PYTHON=pure_python))
     assert (done.returncode, done.stdout) == (0, "True []\n"), done.stderr
     assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
+
+
+HOT_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import time
+
+from ringtrace.client.sampling import start_sampler
+
+sampler = start_sampler()  # (ringtrace run's, sampling since the interpreter started)
+
+
+def hot():
+    return sum(i * i for i in range(2000))
+
+
+first, deadline = sampler.passes, time.monotonic() + 60
+while sampler.passes < first + 30 and time.monotonic() < deadline:
+    hot()
+print(sampler.passes - first >= 30)
+"""
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_the_main_thread_is_sampled_once_gevent_patched(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    pytest.importorskip("gevent")
+    # gevent's patch keys the main thread by its main greenlet's id in threading's table: the sampler, which meets
+    # threads by their OS ident there, took it for one threading did not know, and sampled it no more.
+    (tmp_path / "app.py").write_text(textwrap.dedent(HOT_SCRIPT), encoding="utf-8")
+    name = f"gevent-hot-{'pure' if pure_python else 'c'}"
+    argv = [RINGTRACE, "run", "--collector", collector.tcp_address, "--process-name", name, "app.py"]
+    done = run(
+        [*argv[:2], "--sample-hz", "200", *argv[2:]], tmp_path, program_environment(RINGTRACE_PURE_PYTHON=pure_python)
+    )
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
+    document = collector.snapshot(f"?process={name}")
+    samples = [event for event in document["traceEvents"] if event["ph"] == "P"]
+    leaves = Counter(document["stackFrames"][str(sample["sf"])]["name"] for sample in samples)
+    in_hot = sum(count for leaf, count in leaves.items() if leaf == "hot" or leaf.startswith("hot."))
+    assert in_hot >= 20, leaves  # (30 passes and more in it, but a few in the loop)
+    threads = {event["tid"] for event in samples}
+    assert len(threads) == 1, threads  # the main thread's one track, before the patch and after
 
 
 UNREACHABLE_SCRIPT = """

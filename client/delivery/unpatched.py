@@ -27,8 +27,10 @@ from __future__ import annotations
 import _thread
 import contextlib
 import logging
+import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Final
 
@@ -41,6 +43,8 @@ __all__ = [
     "create_socket",
     "get_ident",
     "getaddrinfo",
+    "interpreters",
+    "main_ident",
     "sleep",
     "socketpair",
     "thread_begins",
@@ -84,14 +88,50 @@ def _to_stderr_off_gevent(record: logging.LogRecord) -> bool:
     written to stderr here and goes no further (False); any other goes on to the handlers (True). See above."""
     if get_ident() not in _os_threads or not threads_are_greenlets():
         return True
-    with contextlib.suppress(Exception):  # (stderr closed or gone, at exit: lost, never raised into this thread)
-        sys.stderr.write(_FORMAT.format(record) + "\n")
+    if record.levelno >= logging.WARNING:  # (as logging's last resort writes them: below, a handler's choice)
+        with contextlib.suppress(Exception):  # (stderr closed or gone, at exit: lost, never raised into this thread)
+            sys.stderr.write(_FORMAT.format(record) + "\n")
     return False
 
 
 #: What a record written to stderr looks like (``logging``'s last resort: the message, and a traceback if any).
 _FORMAT: Final = logging.Formatter("%(message)s")
 logging.getLogger("ringtrace.client").addFilter(_to_stderr_off_gevent)
+
+
+def interpreters(name: str) -> Any:
+    """``_thread``'s ``name`` as the interpreter made it (``get_ident``, ``_local``), whether gevent patched it before
+    this module was imported or not (then: what gevent kept of it)."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None:
+        with contextlib.suppress(Exception):
+            return monkey.get_original("_thread", name)
+    return getattr(_thread, name)
+
+
+def _interpreter_get_ident() -> int:
+    """The calling thread's ident, its OS thread's (see ``interpreters``)."""
+    return int(interpreters("get_ident")())
+
+
+def _remember_main_thread() -> None:
+    main = threading.main_thread()
+    _main_ident[0] = _interpreter_get_ident() if threading.current_thread() is main else main.ident
+
+
+#: The main thread's ident, its OS thread's (see ``main_ident``); a forked child's is the thread that forked.
+_main_ident: list[int | None] = [None]
+_remember_main_thread()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_remember_main_thread)
+
+
+def main_ident() -> int | None:
+    """The main thread's ident as its OS thread's: gevent's ``monkey.patch_all()`` keys the main thread by its main
+    greenlet's id in ``threading`` (its ``ident`` and ``threading``'s table), while the C function tracer and the
+    sampler meet it by the OS thread's. (Where this module was imported on another thread after gevent patched:
+    ``threading``'s, the greenlet's.)"""
+    return _main_ident[0]
 
 
 def _greenlet_here() -> bool:

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
@@ -118,8 +119,6 @@ class FunctionTracing:
         #: The tracer's ``dropped`` at the last drain.
         self._dropped_seen = 0
         self._lock = threading.Lock()
-        #: The main thread's ident as tracing started (the OS thread's: see ``drain_calls``).
-        self._main_ident: int | None = None
 
     @property
     def timeline(self) -> Timeline:
@@ -169,7 +168,6 @@ class FunctionTracing:
                 timeline.remove_call_source(self)
                 raise ConfigError(str(exc)) from None
             _running = self
-            self._main_ident = threading.main_thread().ident
             self._greenlets = GreenletSwitches(self._tracer)
             self._greenlets.start()
             _remember_ended_threads()
@@ -220,11 +218,11 @@ class FunctionTracing:
                 if _running is not self:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
         active = {thread.ident: thread for thread in threading.enumerate()} if drained else {}
-        main = threading.main_thread()
-        if drained and self._main_ident is not None and main.ident != self._main_ident:
+        main, main_ident = threading.main_thread(), unpatched.main_ident()
+        if drained and main_ident is not None and main.ident != main_ident:
             # gevent's monkey.patch_all() keys the main thread by its main greenlet's id from then on: its calls
             # are the OS thread's still (not an ended thread's, each drain's track named after that ident)
-            active.setdefault(self._main_ident, main)
+            active.setdefault(main_ident, main)
         runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]] = []
         for ident, task, records in drained:
             thread: threading.Thread | EndedThread | None = _ended_thread_of(ident, records)

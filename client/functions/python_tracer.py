@@ -51,6 +51,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.functions.callback_errors import failed, profile_function_removed, raised_by_a_signal_handler
 from ringtrace.client.functions.code_locations import (
     C_TYPES,
@@ -141,7 +142,9 @@ class PythonTracer(GreenletCalls):
         self._codes = self._table.codes
         self._index_of = self._table.index_of
         self._c_index_of = self._table.c_index_of
-        self._local = threading.local()
+        # Per OS thread, as the C tracer keeps them: not per greenlet where gevent patched threading.local already.
+        self._local = unpatched.interpreters("_local")()
+        self._ident: Callable[[], int] = unpatched.interpreters("get_ident")
         self._threads: list[ThreadCalls] = []
         #: Keeps the counts whole while a drain forgets ended threads (never taken in a callback).
         self._threads_lock = threading.Lock()
@@ -239,7 +242,7 @@ class PythonTracer(GreenletCalls):
             return local.calls  # type: ignore[no-any-return]
         except AttributeError:
             pass
-        calls = ThreadCalls(threading.get_ident())
+        calls = ThreadCalls(self._ident())
         end = ThreadEnd()
         local.calls, local.end = calls, end
         weakref.finalize(end, mark_ended, weakref.ref(calls))

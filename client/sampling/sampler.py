@@ -101,8 +101,6 @@ class Sampler:
         self._stopping = bytearray(1)
         self._thread: threading.Thread | None = None
         self._ident = 0
-        #: The main thread's ident as the sampler started (the OS thread's: see ``_sampled_of``).
-        self._main_ident: int | None = None
         self._interner = StackInterner()
         #: Per thread ident met: what is kept of its thread.
         self._threads: dict[int, SampledThread] = {}
@@ -144,7 +142,6 @@ class Sampler:
             log.info("ringtrace: no samples in this process: gevent patched threading before the sampler started")
             return False
         self._stop, self._stopping = unpatched.Event(), bytearray(1)
-        self._main_ident = threading.main_thread().ident
         thread = background_thread(self._run, "ringtrace-sampler")
         try:
             thread.start()
@@ -220,16 +217,16 @@ class Sampler:
     def _forget_ended(self) -> None:
         """Forget the threads that ended (their tracks go, and end once delivered)."""
         threads, active = self._threads, threading._active  # type: ignore[attr-defined]
-        main = threading.main_thread()  # (under its OS ident still, once gevent keyed it anew: see _sampled_of)
+        main, main_ident = threading.main_thread(), unpatched.main_ident()  # (gevent keys it anew: _sampled_of)
         for ident, sampled in list(threads.items()):
-            if active.get(ident) is not sampled.thread and not (ident == self._main_ident and sampled.thread is main):
+            if active.get(ident) is not sampled.thread and not (ident == main_ident and sampled.thread is main):
                 del threads[ident]
 
     def _sampled_of(self, ident: int, thread: threading.Thread | None) -> SampledThread | None:
         """The thread ``thread`` met for the first time (under ``ident``): a track for it, or none for one of
         ringtrace's own threads (kept so: not sampled); None for a thread ``threading`` does not know (started outside
         it: no OS thread id to show it by; asked again next pass)."""
-        if thread is None and ident == self._main_ident:
+        if thread is None and ident == unpatched.main_ident():
             # gevent's monkey.patch_all() keys the main thread by its main greenlet's id from then on (threading's
             # table and its ident): the OS thread is the main thread still, met again each pass, its track kept.
             thread = threading.main_thread()
@@ -255,7 +252,6 @@ class Sampler:
         self._thread = None
         self._threads = {}
         self._ident = 0
-        self._main_ident = None
         if was_running:
             self._stop, self._stopping = unpatched.Event(), bytearray(1)
             self.restart_pending = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -183,6 +184,7 @@ def main():
 main()
 """
 GEVENT_STEP = ("step", False, [("leaf", False, []), ("wait", False, []), ("leaf", False, [])])
+_PATCH = "from gevent import monkey\n\nmonkey.patch_all()\n"
 
 
 @pytest.mark.parametrize("pure_python", ["1", ""])
@@ -207,6 +209,45 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     found: dict[str, list[Any]] = trees(calls)
     # Named after the main thread (gevent's patch keys it by its main greenlet's id: its calls went to a track named
     # after its OS ident, made anew at each drain, whose lanes the greenlets then took in turn), a greenlet a lane.
+    assert found.pop("MainThread") == [("<module>", False, [("main", False, [("leaf", False, [])])])], found
+    assert all(track.startswith("MainThread greenlets [") for track in found), found
+    assert list(found.values()) == [[("work", False, [GEVENT_STEP, GEVENT_STEP])]] * 3, found
+
+
+TRACED_AFTER_THE_PATCH = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import sys
+
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+tracing = ringtrace.client.trace_functions(include=["work"])
+tracing.start()
+import work  # (its calls from its <module> on: the gevent program above, unpatched)
+
+tracing.stop()
+assert tl.flush(timeout_s=30)
+"""
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_greenlets_calls_traced_from_the_program_once_gevent_patched_are_on_the_main_thread_s_lanes(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    pytest.importorskip("gevent")
+    # Function tracing started by the program after the patch: the main thread was known by its main greenlet's id
+    # then, and the pure-Python tracer kept calls per greenlet (gevent's threading.local, its get_ident): every
+    # greenlet's calls went to a track named after an ident ("thread 0x..."), none to MainThread's lanes.
+    (tmp_path / "app.py").write_text(textwrap.dedent(TRACED_AFTER_THE_PATCH), encoding="utf-8")
+    (tmp_path / "work.py").write_text(textwrap.dedent(GEVENT_SCRIPT).replace(_PATCH, ""), encoding="utf-8")
+    name = f"gevent-after-{'pure' if pure_python else 'c'}"
+    environment = program_environment(RINGTRACE_PURE_PYTHON=pure_python)
+    done = run([sys.executable, "app.py", collector.tcp_address, name], tmp_path, environment)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[Any]] = trees(calls_of(collector, tmp_path, name, said=done.stderr))
     assert found.pop("MainThread") == [("<module>", False, [("main", False, [("leaf", False, [])])])], found
     assert all(track.startswith("MainThread greenlets [") for track in found), found
     assert list(found.values()) == [[("work", False, [GEVENT_STEP, GEVENT_STEP])]] * 3, found

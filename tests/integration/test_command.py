@@ -347,7 +347,7 @@ def test_chrome_json_that_ringtrace_wrote_reads_back_as_it_was(
                 threads[(e["pid"], e["tid"])],
                 e["ph"],
                 e["name"],
-                round(origin + e["ts"] * 1000),
+                origin + round(e["ts"] * 1000),  # (exact: the sum as a double is 256 ns apart this century)
                 e.get("dur"),
                 json.dumps(e.get("args"), sort_keys=True),
             )

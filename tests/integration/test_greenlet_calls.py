@@ -187,6 +187,15 @@ GEVENT_STEP = ("step", False, [("leaf", False, []), ("wait", False, []), ("leaf"
 _PATCH = "from gevent import monkey\n\nmonkey.patch_all()\n"
 
 
+def on_the_main_thread_s_lanes(found: dict[str, list[Any]]) -> None:
+    """``GEVENT_SCRIPT``'s calls, by track: its module's on ``MainThread`` and each greenlet's on a lane of it, named
+    after the main thread (gevent's patch keys it by its main greenlet's id: its calls went to a track named after its
+    OS ident, made anew at each drain, whose lanes the greenlets then took in turn)."""
+    assert found.pop("MainThread") == [("<module>", False, [("main", False, [("leaf", False, [])])])], found
+    assert all(track.startswith("MainThread greenlets [") for track in found), found
+    assert list(found.values()) == [[("work", False, [GEVENT_STEP, GEVENT_STEP])]] * 3, found
+
+
 @pytest.mark.parametrize("pure_python", ["1", ""])
 def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     collector: CollectorProcess, tmp_path: Path, pure_python: str
@@ -206,12 +215,7 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     calls = calls_of(collector, tmp_path, name, said=done.stderr)
     assert overlapping(calls) == []
-    found: dict[str, list[Any]] = trees(calls)
-    # Named after the main thread (gevent's patch keys it by its main greenlet's id: its calls went to a track named
-    # after its OS ident, made anew at each drain, whose lanes the greenlets then took in turn), a greenlet a lane.
-    assert found.pop("MainThread") == [("<module>", False, [("main", False, [("leaf", False, [])])])], found
-    assert all(track.startswith("MainThread greenlets [") for track in found), found
-    assert list(found.values()) == [[("work", False, [GEVENT_STEP, GEVENT_STEP])]] * 3, found
+    on_the_main_thread_s_lanes(trees(calls))
 
 
 TRACED_AFTER_THE_PATCH = """
@@ -242,15 +246,13 @@ def test_greenlets_calls_traced_from_the_program_once_gevent_patched_are_on_the_
     # then, and the pure-Python tracer kept calls per greenlet (gevent's threading.local, its get_ident): every
     # greenlet's calls went to a track named after an ident ("thread 0x..."), none to MainThread's lanes.
     (tmp_path / "app.py").write_text(textwrap.dedent(TRACED_AFTER_THE_PATCH), encoding="utf-8")
+    assert _PATCH in textwrap.dedent(GEVENT_SCRIPT)
     (tmp_path / "work.py").write_text(textwrap.dedent(GEVENT_SCRIPT).replace(_PATCH, ""), encoding="utf-8")
     name = f"gevent-after-{'pure' if pure_python else 'c'}"
     environment = program_environment(RINGTRACE_PURE_PYTHON=pure_python)
     done = run([sys.executable, "app.py", collector.tcp_address, name], tmp_path, environment)
     assert done.returncode == 0, done.stderr
-    found: dict[str, list[Any]] = trees(calls_of(collector, tmp_path, name, said=done.stderr))
-    assert found.pop("MainThread") == [("<module>", False, [("main", False, [("leaf", False, [])])])], found
-    assert all(track.startswith("MainThread greenlets [") for track in found), found
-    assert list(found.values()) == [[("work", False, [GEVENT_STEP, GEVENT_STEP])]] * 3, found
+    on_the_main_thread_s_lanes(trees(calls_of(collector, tmp_path, name, said=done.stderr)))
 
 
 SAMPLED_SCRIPT = """

@@ -54,7 +54,32 @@ class ServerSpans(NamedTuple):
 
 
 def _spans_of(timeline: Timeline) -> ServerSpans:
+    if speedups is not None:
+        speedups.configure_aiohttp_reads(*_aiohttp_reads())
     return ServerSpans(timeline._scope_of, getattr(sys.modules.get("aiohttp.web"), "HTTPException", ()), {})
+
+
+#: What the C twin reads of aiohttp's in place of its properties: each property's owner in ``aiohttp.web``, its name,
+#: and the attributes its getter returns (``request.path`` is ``request._rel_url.path``). A property is a Python
+#: frame a request, and aiohttp's cached ones an entry in the request's cache: read so, these four cost a request
+#: about 3,000 instructions (``bench_instructions.py``).
+_AIOHTTP_READS: Final = (
+    ("Request", "path", ("_rel_url", "path")),
+    ("Request", "match_info", ("_match_info",)),
+    ("UrlMappingMatchInfo", "route", ("_route",)),
+    ("StreamResponse", "status", ("_status",)),
+)
+
+
+def _aiohttp_reads() -> tuple[tuple[object, ...], tuple[tuple[str, ...], ...]]:
+    """``configure_aiohttp_reads``' arguments: aiohttp's properties (None where this aiohttp has none of that name)
+    and the attributes each one's getter returns. The C side reads those only where an object's type still has
+    aiohttp's property, and holds its first read of each to what the property gives."""
+    web = sys.modules.get("aiohttp.web")
+    properties = tuple(
+        inspect.getattr_static(getattr(web, owner, None), name, None) for owner, name, _ in _AIOHTTP_READS
+    )
+    return properties, tuple(attributes for _, _, attributes in _AIOHTTP_READS)
 
 
 def begin_in_python(spans: ServerSpans, request: Any) -> ServerSpan | None:

@@ -73,6 +73,9 @@ static PyMethodDef module_methods[] = {
      "twin."},
     {"configure_server_spans", (PyCFunction)(void (*)(void))configure_server_spans, METH_FASTCALL,
      "configure_server_spans(SERVING, new_label, error_text): what the server spans ask of aiohttp_server.py."},
+    {"configure_aiohttp_reads", (PyCFunction)(void (*)(void))configure_aiohttp_reads, METH_FASTCALL,
+     "configure_aiohttp_reads(properties, attributes): aiohttp's properties a server span reads, and the attribute "
+     "each one's getter returns (read in its place)."},
     {"begin_server_span", (PyCFunction)(void (*)(void))begin_server_span, METH_FASTCALL,
      "begin_server_span(spans, request): an aiohttp request's span begun, or None, as aiohttp_server's twin."},
     {"end_server_span", (PyCFunction)(void (*)(void))end_server_span, METH_FASTCALL,
@@ -125,6 +128,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->serving_var);
     Py_VISIT(state->new_label);
     Py_VISIT(state->error_text);
+    for (int i = 0; i < AIOHTTP_READS; i++) {
+        Py_VISIT(state->aiohttp_property[i]);
+        Py_VISIT(state->aiohttp_attribute[i]);
+    }
     return 0;
 }
 
@@ -222,6 +229,10 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_server);
     Py_CLEAR(state->str_traceback);
     Py_CLEAR(state->int_500);
+    for (int i = 0; i < AIOHTTP_READS; i++) {
+        Py_CLEAR(state->aiohttp_property[i]);
+        Py_CLEAR(state->aiohttp_attribute[i]);
+    }
     return 0;
 }
 

@@ -59,6 +59,75 @@ configure_server_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+/* configure_aiohttp_reads(properties, attributes), at aiohttp_server's install: for each AiohttpRead, aiohttp's
+   property of that name (None: none known) and the chain of attributes its getter returns (("_rel_url", "path") for
+   a request's path: self._rel_url.path). Each is checked again from its first read on (read_as_aiohttp). */
+PyObject *
+configure_aiohttp_reads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    int fits = nargs == 2 && PyTuple_CheckExact(args[0]) && PyTuple_GET_SIZE(args[0]) == AIOHTTP_READS &&
+               PyTuple_CheckExact(args[1]) && PyTuple_GET_SIZE(args[1]) == AIOHTTP_READS;
+    for (int i = 0; fits && i < AIOHTTP_READS; i++) {
+        PyObject *chain = PyTuple_GET_ITEM(args[1], i);
+        fits = PyTuple_CheckExact(chain) && PyTuple_GET_SIZE(chain) > 0;
+        for (Py_ssize_t j = 0; fits && j < PyTuple_GET_SIZE(chain); j++) {
+            fits = PyUnicode_CheckExact(PyTuple_GET_ITEM(chain, j));
+        }
+    }
+    if (!fits) {
+        PyErr_Format(PyExc_TypeError,
+                     "configure_aiohttp_reads(properties, attributes): two tuples of %d, the second's items "
+                     "tuples of attribute names",
+                     (int)AIOHTTP_READS);
+        return NULL;
+    }
+    for (int i = 0; i < AIOHTTP_READS; i++) {
+        PyObject *property = PyTuple_GET_ITEM(args[0], i);
+        if (property != state->aiohttp_property[i]) state->aiohttp_read_same[i] = 0; /* (another: checked anew) */
+        Py_XSETREF(state->aiohttp_property[i], property == Py_None ? NULL : Py_NewRef(property));
+        Py_XSETREF(state->aiohttp_attribute[i], Py_NewRef(PyTuple_GET_ITEM(args[1], i)));
+    }
+    Py_RETURN_NONE;
+}
+
+/* `owner.name` (a new reference, or NULL with an exception set), where `name` is aiohttp's property `which`: read as
+   the attributes its getter returns, where `owner`'s type still has aiohttp's property (not a subclass's own) and
+   they hold a value (None, or one missing: the property says what it makes of that, raising as it does). What a
+   property costs a request is a Python frame, and, for aiohttp's cached ones, an entry made in the request's cache
+   (each about 1,000 instructions). The first read of each is also read through the property: a value not the same
+   (an aiohttp whose getter is not what it was) reads through the property from then on. */
+static PyObject *
+read_as_aiohttp(ModuleState *state, PyObject *owner, PyObject *name, AiohttpRead which)
+{
+    PyObject *chain = state->aiohttp_attribute[which], *value, *public;
+    int same;
+    if (state->aiohttp_property[which] == NULL || state->aiohttp_read_same[which] < 0 ||
+        _PyType_Lookup(Py_TYPE(owner), name) != state->aiohttp_property[which]) {
+        return PyObject_GetAttr(owner, name);
+    }
+    value = Py_NewRef(owner);
+    for (Py_ssize_t i = 0; value != NULL && value != Py_None && i < PyTuple_GET_SIZE(chain); i++) {
+        Py_SETREF(value, PyObject_GetAttr(value, PyTuple_GET_ITEM(chain, i)));
+    }
+    if (value == NULL || value == Py_None) {
+        if (value == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+        Py_XDECREF(value);
+        return PyObject_GetAttr(owner, name);
+    }
+    if (state->aiohttp_read_same[which] > 0) return value;
+    if ((public = PyObject_GetAttr(owner, name)) == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    same = public == value ? 1 : PyObject_RichCompareBool(public, value, Py_EQ);
+    Py_DECREF(value);
+    if (same < 0) PyErr_Clear(); /* (not comparable: not the same) */
+    state->aiohttp_read_same[which] = same > 0 ? 1 : -1;
+    return public;
+}
+
 /* The span the new one is a child of where no caller's names it: the current span (_current_span(None), inlined for
    the usual case, as the twin does); a new reference (None for none), or NULL with an exception set. */
 static PyObject *
@@ -208,7 +277,7 @@ static PyObject *
 request_args(ModuleState *state, PyObject *request, PyObject **path_out, PyObject **headers_out)
 {
     PyObject *path, *headers, *method = NULL, *response = NULL, *args = NULL, *traceparent, *call[2];
-    if ((path = PyObject_GetAttr(request, state->str_path)) == NULL) return NULL;
+    if ((path = read_as_aiohttp(state, request, state->str_path, READ_PATH)) == NULL) return NULL;
     if ((headers = PyObject_GetAttr(request, state->str_headers)) == NULL) goto fail;
     if ((method = PyObject_GetAttr(request, state->str_method)) == NULL) goto fail;
     if ((response = PyDict_New()) == NULL || (args = PyDict_New()) == NULL) goto fail;
@@ -312,9 +381,9 @@ label_of(ModuleState *state, PyObject *spans, PyObject *request)
 {
     PyObject *method, *match_info, *route = NULL, *key, *found, *call[4];
     if ((method = PyObject_GetAttr(request, state->str_method)) == NULL) return NULL;
-    match_info = PyObject_GetAttr(request, state->str_match_info);
+    match_info = read_as_aiohttp(state, request, state->str_match_info, READ_MATCH_INFO);
     if (match_info != NULL) {
-        route = PyObject_GetAttr(match_info, state->str_route);
+        route = read_as_aiohttp(state, match_info, state->str_route, READ_ROUTE);
         Py_DECREF(match_info);
     }
     if (route == NULL) {
@@ -356,7 +425,11 @@ fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, P
     int failed;
     if ((response = PyObject_GetItem(given, state->str_response)) == NULL) return -1;
     if (exc == Py_None) {
-        status = attribute_or_none(result, state->str_status);
+        status = read_as_aiohttp(state, result, state->str_status, READ_STATUS); /* getattr(result, "status", None) */
+        if (status == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            status = Py_NewRef(Py_None);
+        }
         failed = status == NULL || PyObject_SetItem(response, state->str_status, status) < 0;
         Py_XDECREF(status);
     }

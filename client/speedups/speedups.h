@@ -75,6 +75,10 @@ typedef enum {
     LANE_NAMES
 } LaneName;
 
+/* The properties of aiohttp's a server span reads (server_span.c: read_as_aiohttp): a request's path and match_info,
+   the match info's route, a response's status. */
+typedef enum { READ_PATH, READ_MATCH_INFO, READ_ROUTE, READ_STATUS, AIOHTTP_READS } AiohttpRead;
+
 /* The recorder's clock (recorder_clock.c): CLOCK_MONOTONIC ns, read from the TSC where use_tsc is set, by the line
    through the last anchor at the rate measured between two earlier ones. */
 typedef struct {
@@ -135,6 +139,11 @@ typedef struct {
     PyObject *str_path, *str_headers, *str_method, *str_response, *str_route, *str_traceparent, *str_match_info,
         *str_status, *str_error, *str_get, *str_enter, *str_exit, *str_scope_label, *str_traceback, *str_server,
         *int_500;
+    /* ...from configure_aiohttp_reads(): aiohttp's own properties of those names (see AiohttpRead), and the
+       attribute each one's getter returns; whether the first read through each found the same (1), another value
+       (-1: read through the property from then on), or is still to come (0) */
+    PyObject *aiohttp_property[AIOHTTP_READS], *aiohttp_attribute[AIOHTTP_READS];
+    signed char aiohttp_read_same[AIOHTTP_READS];
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
@@ -279,6 +288,7 @@ PyObject *begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, P
 /* server_span.c */
 PyObject *configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *configure_server_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *configure_aiohttp_reads(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -477,3 +477,64 @@ def test_an_aiohttp_route_is_named_once_per_method_and_each_request_keeps_its_ow
         ("GET /nothing", "/nothing", "/nothing", 404),
     ]
     assert got["reads"] == 2  # once for GET, once for POST
+
+
+def test_aiohttp_s_properties_read_in_place_still_answer_as_a_program_s_own_do() -> None:
+    # The C twin reads aiohttp's path, match_info, route and status as the attributes their getters return: a
+    # request's decoded path, a response's status, and a subclass's own property (a request's path) are still what
+    # the span holds.
+    got = run(
+        """
+        import urllib.error, urllib.request, warnings
+        from aiohttp import web
+
+        class Prefixed(web.Request):
+            @property
+            def path(self):
+                return "/prefixed" + super().path
+
+        class PrefixedApp(web.Application):
+            def _make_request(self, *args, **kwargs):
+                return super()._make_request(*args, _cls=Prefixed, **kwargs)
+
+        async def serve(app, paths):
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            def status(path):
+                try:
+                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+            got = [await asyncio.to_thread(status, path) for path in paths]
+            await runner.cleanup()
+            return got
+
+        async def main():
+            async def item(request):
+                return web.Response(text=request.match_info["id"])
+            async def teapot(request):
+                return web.Response(status=418, text="short and stout")
+            plain = web.Application()
+            plain.router.add_get("/items/{id}", item)
+            plain.router.add_get("/teapot", teapot)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (aiohttp discourages subclassing Application)
+                prefixed = PrefixedApp()
+            prefixed.router.add_get("/items/{id}", item)
+            return await serve(plain, ["/items/a%20b", "/teapot", "/items/c"]) + await serve(prefixed, ["/items/d"])
+
+        statuses = asyncio.run(main())
+        print(json.dumps({"statuses": statuses, "spans": spans()}))
+        """
+    )
+    assert got["statuses"] == [200, 418, 200, 200]
+    servers = sorted((s for s in got["spans"] if s["kind"] == "server"), key=lambda s: s["ts"])
+    assert [(s["name"], s["path"], s["route"], s["response"]["status"]) for s in servers] == [
+        ("GET /items/{id}", "/items/a b", "/items/{id}", 200),
+        ("GET /teapot", "/teapot", "/teapot", 418),
+        ("GET /items/{id}", "/items/c", "/items/{id}", 200),
+        ("GET /items/{id}", "/prefixed/items/d", "/items/{id}", 200),
+    ]

@@ -395,3 +395,52 @@ def opened(twin: Any, kind: str, headers_kind: str, in_trace: bool, failing: str
 def test_both_twins_open_and_close_a_span_alike(kind: str, headers_kind: str, in_trace: bool, failing: str) -> None:
     python, c = (opened(twin, kind, headers_kind, in_trace, failing) for twin in OPEN_TWINS)
     assert python == c
+
+
+class Shortcut:
+    """An object with a property whose getter returns an attribute, as aiohttp's do (``path`` is ``_path``); the
+    property counts its reads."""
+
+    method = "GET"
+
+    def __init__(self, value: str, kept: str) -> None:
+        self.reads, self._value, self._kept = 0, value, kept
+        self.headers: dict[str, str] = {}
+
+    @property
+    def path(self) -> str:
+        self.reads += 1
+        return self._value
+
+
+@pytest.mark.parametrize(("kept", "reads"), [("/users/7", 1), ("/elsewhere", 3)])
+def test_the_c_twin_reads_a_known_property_s_attribute_in_its_place_once_it_read_the_same(
+    kept: str, reads: int
+) -> None:
+    """aiohttp's properties a span reads (``request.path``...) are read in C as the attribute each one's getter
+    returns: no Python frame a request. Its first read goes through the property too: where the attribute does not
+    give the same (an aiohttp whose getter changed), every read goes through the property, and the span still has
+    what the property gives."""
+    assert speedups is not None
+    no = ("_none",)
+    speedups.configure_aiohttp_reads((Shortcut.__dict__["path"], None, None, None), (("_kept",), no, no, no))
+    try:
+        spans = aiohttp_server.ServerSpans(lambda label, args: Scope([], label, args), Answer, {})
+        request = Shortcut("/users/7", kept)
+
+        def one() -> object:
+            span = speedups.begin_server_span(spans, request)
+            return span[1]["path"]
+
+        assert [contextvars.copy_context().run(one) for _ in range(3)] == ["/users/7"] * 3
+        assert request.reads == reads
+    finally:
+        speedups.configure_aiohttp_reads(*aiohttp_server._aiohttp_reads())
+
+
+def test_configure_aiohttp_reads_refuses_what_is_not_its_shape() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError, match="two tuples of 4"):
+        speedups.configure_aiohttp_reads((None,) * 4, (("_a",),) * 3)
+    with pytest.raises(TypeError, match="tuples of attribute names"):
+        speedups.configure_aiohttp_reads((None,) * 4, (("_a",), (), ("_a",), ("_a",)))

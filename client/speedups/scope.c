@@ -3,7 +3,7 @@
 
 #include "speedups.h"
 
-static PyObject *
+PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->events == NULL) return Py_NewRef(self); /* cleared by the garbage collector: keeps nothing */
@@ -33,7 +33,7 @@ with_exception(ModuleState *state, PyObject *args, PyObject *exc_type)
     return dict;
 }
 
-static PyObject *
+PyObject *
 scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;

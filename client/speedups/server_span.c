@@ -188,8 +188,10 @@ open_span_of(ModuleState *state, PyObject *make_scope, PyObject *label, PyObject
     call[1] = PyTuple_GET_ITEM(begun, 1);
     if ((scope = PyObject_Vectorcall(make_scope, call, 2, NULL)) == NULL) goto fail;
     call[0] = scope;
-    if ((answer = PyObject_VectorcallMethod(state->str_enter, call, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) == NULL)
-        goto fail;
+    answer = Py_IS_TYPE(scope, state->scope_type) /* (the recorder's own: its __enter__ called, not looked up) */
+                 ? scope_enter((Scope *)scope, NULL)
+                 : PyObject_VectorcallMethod(state->str_enter, call, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (answer == NULL) goto fail;
     Py_DECREF(answer);
     result = PyTuple_Pack(4, scope, PyTuple_GET_ITEM(begun, 1), PyTuple_GET_ITEM(begun, 2), PyTuple_GET_ITEM(begun, 0));
     Py_DECREF(scope);
@@ -228,7 +230,9 @@ close_span_of(ModuleState *state, PyObject *scope, PyObject *token, PyObject *co
     call[1] = exc_type;
     call[2] = exc;
     call[3] = traceback;
-    answer = PyObject_VectorcallMethod(state->str_exit, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    answer = Py_IS_TYPE(scope, state->scope_type)
+                 ? scope_exit((Scope *)scope, call + 1, 3)
+                 : PyObject_VectorcallMethod(state->str_exit, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (answer == NULL) return -1;
     Py_DECREF(answer);
     return 0;
@@ -462,8 +466,13 @@ fill_in(ModuleState *state, PyObject *spans, PyObject *scope, PyObject *given, P
         failed = 1;
     }
     else {
-        failed = PyObject_SetAttr(scope, state->str_scope_label, PyTuple_GET_ITEM(found, 0)) < 0 ||
-                 PyObject_SetItem(given, state->str_route, PyTuple_GET_ITEM(found, 1)) < 0;
+        if (Py_IS_TYPE(scope, state->scope_type)) { /* (as its label's setter sets it) */
+            Py_XSETREF(((Scope *)scope)->label, Py_NewRef(PyTuple_GET_ITEM(found, 0)));
+        }
+        else if (PyObject_SetAttr(scope, state->str_scope_label, PyTuple_GET_ITEM(found, 0)) < 0) {
+            failed = 1;
+        }
+        failed = failed || PyObject_SetItem(given, state->str_route, PyTuple_GET_ITEM(found, 1)) < 0;
     }
     Py_DECREF(found);
     return failed ? -1 : 0;

@@ -294,8 +294,10 @@ PyObject *close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
-/* scope.c */
+/* scope.c (a Scope's __enter__ and __exit__, called as they are by the server spans: server_span.c) */
 PyObject *with_exception(ModuleState *state, PyObject *args, PyObject *exc_type);
+PyObject *scope_enter(Scope *self, PyObject *ignored);
+PyObject *scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *new_null_scope(PyTypeObject *type);
 
 /* runs.c */

@@ -17,15 +17,14 @@ begins named by its path and is labelled with its route as it ends (a scope's ``
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
-from ringtrace.client.recording.trace_context import close_span, open_span
+from ringtrace.client.integrations.http_spans import error_text, patch, server_label
+from ringtrace.client.recording.trace_context import close_span, open_span, serving
 
 if TYPE_CHECKING:
     import contextvars
@@ -37,8 +36,8 @@ __all__ = ["install", "middleware"]
 _Handler = Callable[[Any], Awaitable[Any]]
 #: The (method, route) pairs whose label is kept: a server's routes and methods, with room to spare.
 _NAMED: Final = 4096
-#: A request's span as ``begin`` began it: ``open_span``'s, and the token of ``SERVING`` set for it.
-ServerSpan: TypeAlias = "tuple[Any, dict[str, Any], contextvars.Token[Any], Any, contextvars.Token[bool]]"
+#: A request's span as ``begin`` began it: ``open_span``'s.
+ServerSpan: TypeAlias = "tuple[Any, dict[str, Any], contextvars.Token[Any], Any]"
 
 
 class ServerSpans(NamedTuple):
@@ -86,30 +85,23 @@ def begin_in_python(spans: ServerSpans, request: Any) -> ServerSpan | None:
     """``begin`` in Python (the C recorder's is its twin): ``request``'s span, begun and named by its path until
     ``end`` (its route is matched after it begins); None inside another's (an app inside another, a middleware given
     under a recorded app) and for a request that cannot be read (served unrecorded)."""
-    if SERVING.get():
+    if serving():
         return None
-    serving = SERVING.set(True)
     try:
         path = request.path
         headers = request.headers
         args = {"method": request.method, "path": path, "route": path, "response": {}}
         if headers.get("traceparent") is None:  # (aiohttp's headers, looked up in any case: no caller's span)
             headers = None
-        scope, args, token, context = open_span(spans.scope_of, path, "server", headers, args)
-    except BaseException as exc:
-        SERVING.reset(serving)
-        if isinstance(exc, Exception):
-            return None
-        raise
-    return scope, args, token, context, serving
+        return open_span(spans.scope_of, path, "server", headers, args)
+    except Exception:
+        return None
 
 
 def end_in_python(spans: ServerSpans, span: ServerSpan, request: Any, result: Any, exc: BaseException | None) -> None:
     """``end`` in Python (the C recorder's is its twin): the request was answered with ``result``, or raised
     ``exc``: the span is labelled with its route and ends."""
-    scope, args, token, context, serving = span
-    with contextlib.suppress(ValueError, RuntimeError):  # (another context's: nothing of this one's to reset)
-        SERVING.reset(serving)
+    scope, args, token, context = span
     try:
         response = args["response"]
         if exc is None:
@@ -162,7 +154,7 @@ def new_label(spans: ServerSpans, request: Any, method: str, route_object: objec
 begin: Callable[[ServerSpans, Any], ServerSpan | None] = begin_in_python
 end: Callable[[ServerSpans, ServerSpan, Any, Any, BaseException | None], None] = end_in_python
 if speedups is not None:
-    speedups.configure_server_spans(SERVING, new_label, error_text)
+    speedups.configure_server_spans(new_label, error_text)
     begin, end = speedups.begin_server_span, speedups.end_server_span
 
 

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, patch_servers, server_label
+from ringtrace.client.integrations.http_spans import error_text, patch, patch_servers, server_label
+from ringtrace.client.recording.trace_context import serving
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -35,13 +36,13 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 class ASGIMiddleware:
     """An ASGI 3 app that records a server span per HTTP request of ``app`` into ``timeline`` (see the module's
-    docstring). Inside another such span (the same app wrapped twice) it records none."""
+    docstring). Inside a server span (the same app wrapped twice, an app inside another) it records none."""
 
     def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]], timeline: Timeline) -> None:
         self.app, self.timeline = app, timeline
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if SERVING.get():
+        if serving():  # (an app inside another: one span a request)
             return await self.app(scope, receive, send)
         try:
             if scope.get("type") != "http":
@@ -62,20 +63,16 @@ class ASGIMiddleware:
                 response["status"] = message.get("status")
             await send(message)
 
-        token = SERVING.set(True)
-        try:
-            with span:
-                try:
-                    await self.app(scope, receive, send_noting_status)
-                except BaseException as exc:
-                    response["error"] = error_text(exc)
-                    raise
-                finally:
-                    route = _route(scope)
-                    if route is not None:
-                        response["route"] = route
-        finally:
-            SERVING.reset(token)
+        with span:
+            try:
+                await self.app(scope, receive, send_noting_status)
+            except BaseException as exc:
+                response["error"] = error_text(exc)
+                raise
+            finally:
+                route = _route(scope)
+                if route is not None:
+                    response["route"] = route
 
 
 def _route(scope: _Scope) -> str | None:

@@ -22,7 +22,6 @@ from ringtrace.client.integrations.hook_errors import count_failure
 
 __all__ = [
     "CLIENT_CALL",
-    "SERVING",
     "ClientCall",
     "begin_call",
     "client_label",
@@ -43,9 +42,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("ringtrace.client")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: Set while an integration's server span is open: an app inside another (a sub-application, middleware given
-#: explicitly under a patched server) records no second span for the same request.
-SERVING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar("ringtrace_serving", default=False)
 #: The client call open (``ClientCall``): another library it sends through records no second span of the call.
 CLIENT_CALL: Final[contextvars.ContextVar[ClientCall | None]] = contextvars.ContextVar(
     "ringtrace_client_call", default=None

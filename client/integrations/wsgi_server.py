@@ -23,14 +23,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ringtrace.client.integrations.http_spans import (
-    SERVING,
-    error_text,
-    patch,
-    patch_servers,
-    server_label,
-    status_of,
-)
+from ringtrace.client.integrations.http_spans import error_text, patch, patch_servers, server_label, status_of
+from ringtrace.client.recording.trace_context import serving
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -47,13 +41,13 @@ _GUNICORN_WSGI_WORKERS = frozenset(
 
 class WSGIMiddleware:
     """A WSGI app that records a server span per request of ``app`` into ``timeline`` (see the module's docstring).
-    Inside another such span (the same app wrapped twice) it records none."""
+    Inside a server span (the same app wrapped twice, an app inside another) it records none."""
 
     def __init__(self, app: _App, timeline: Timeline) -> None:
         self.app, self.timeline = app, timeline
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if SERVING.get():
+        if serving():  # (an app inside another: one span a request)
             return self.app(environ, start_response)
         try:
             method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
@@ -74,7 +68,6 @@ class WSGIMiddleware:
             response["status"] = status_of(status)
             return start_response(status, headers, *exc_info)
 
-        token = SERVING.set(True)
         span.__enter__()
         try:
             body = self.app(environ, start_noting_status)
@@ -82,8 +75,6 @@ class WSGIMiddleware:
             response["error"] = error_text(exc)
             span.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        finally:
-            SERVING.reset(token)
         if isinstance(body, (list, tuple)) or _is_file_wrapper(body, environ):
             span.__exit__(None, None, None)
             return body

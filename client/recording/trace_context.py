@@ -48,6 +48,7 @@ __all__ = [
     "inject",
     "new_trace_scope",
     "open_span",
+    "serving",
 ]
 
 #: Span kinds, as OpenTelemetry names them.
@@ -67,6 +68,9 @@ class _Active(NamedTuple):
     context: SpanContext
     #: OpenTelemetry's current span when this one began: a different one now began inside this one.
     otel_span: object | None
+    #: A server span, or a span inside one: what serves the request (an app inside another, a middleware given under
+    #: a recorded server) records no second server span of it (``serving``).
+    serving: bool
 
 
 #: Makes a tuple subclass without the call to its Python-level ``__new__``, and an object without its ``__init__``.
@@ -85,6 +89,13 @@ _ENDED_ELSEWHERE_ENTRIES: Final = _ENDED_ELSEWHERE._entries
 #: Whether each type of headers seen is a mapping (``_is_mapping``); a program has a few kinds of headers.
 _MAPPING_TYPES_KEPT: Final = 64
 _MAPPING_TYPES: Final[dict[type, bool]] = {}
+
+
+def serving() -> bool:
+    """Whether the running code is inside a server span (ringtrace's: an integration's or the program's own): the
+    HTTP integrations' servers record no second span of the request they serve."""
+    active = _ACTIVE.get()
+    return active is not None and active.serving
 
 
 def current_span() -> SpanContext | None:
@@ -294,7 +305,8 @@ def _begin_span(
     parent: SpanContext | None, args: dict[str, Any], kind: str, otel_span: object | None
 ) -> tuple[SpanContext, dict[str, Any], contextvars.Token[_Active | None]]:
     """A span begun, its parent known: its context (a child of ``parent``, or the first span of a new trace),
-    ``args`` with its ids and kind (a new dict), and the token of ``_ACTIVE`` set to it, begun in ``otel_span``. The
+    ``args`` with its ids and kind (a new dict), and the token of ``_ACTIVE`` set to it, begun in ``otel_span`` (and
+    serving where it is a server span or begins inside one). The
     C recorder's ``begin_span`` is the same in one call."""
     if parent is None:
         context = new_root()
@@ -308,7 +320,9 @@ def _begin_span(
             "parent_span_id": parent.span_id,
             "kind": kind,
         }
-    return context, args, _ACTIVE.set(_new(_Active, (context, otel_span)))
+    outer = _ACTIVE.get()
+    serving = kind == "server" or (outer is not None and outer.serving)
+    return context, args, _ACTIVE.set(_new(_Active, (context, otel_span, serving)))
 
 
 if speedups is None:

@@ -72,7 +72,7 @@ static PyMethodDef module_methods[] = {
      "close_span(scope, token, context, exc_type, exc, tb): the span open_span() began ended, as trace_context's "
      "twin."},
     {"configure_server_spans", (PyCFunction)(void (*)(void))configure_server_spans, METH_FASTCALL,
-     "configure_server_spans(SERVING, new_label, error_text): what the server spans ask of aiohttp_server.py."},
+     "configure_server_spans(new_label, error_text): what the server spans ask of aiohttp_server.py."},
     {"configure_aiohttp_reads", (PyCFunction)(void (*)(void))configure_aiohttp_reads, METH_FASTCALL,
      "configure_aiohttp_reads(properties, attributes): aiohttp's properties a server span reads, and the attribute "
      "each one's getter returns (read in its place)."},
@@ -125,7 +125,6 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->inject);
     Py_VISIT(state->ended_elsewhere);
     Py_VISIT(state->open_span_twin);
-    Py_VISIT(state->serving_var);
     Py_VISIT(state->new_label);
     Py_VISIT(state->error_text);
     for (int i = 0; i < AIOHTTP_READS; i++) {
@@ -210,7 +209,6 @@ module_clear(PyObject *module)
     Py_CLEAR(state->inject);
     Py_CLEAR(state->ended_elsewhere);
     Py_CLEAR(state->open_span_twin);
-    Py_CLEAR(state->serving_var);
     Py_CLEAR(state->new_label);
     Py_CLEAR(state->error_text);
     Py_CLEAR(state->str_path);

@@ -43,19 +43,17 @@ configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* configure_server_spans(SERVING, new_label, error_text), once, at aiohttp_server's import. */
+/* configure_server_spans(new_label, error_text), once, at aiohttp_server's import. */
 PyObject *
 configure_server_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    if (nargs != 3 || !PyContextVar_CheckExact(args[0]) || !all_callable(args, 1, 3)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_server_spans(SERVING, new_label, error_text): a ContextVar and two functions");
+    if (nargs != 2 || !all_callable(args, 0, 2)) {
+        PyErr_SetString(PyExc_TypeError, "configure_server_spans(new_label, error_text): two functions");
         return NULL;
     }
-    Py_XSETREF(state->serving_var, Py_NewRef(args[0]));
-    Py_XSETREF(state->new_label, Py_NewRef(args[1]));
-    Py_XSETREF(state->error_text, Py_NewRef(args[2]));
+    Py_XSETREF(state->new_label, Py_NewRef(args[0]));
+    Py_XSETREF(state->error_text, Py_NewRef(args[1]));
     Py_RETURN_NONE;
 }
 
@@ -137,7 +135,7 @@ current_parent(ModuleState *state)
     if (PyDict_GET_SIZE(state->ended_entries) != 0) return PyObject_CallOneArg(state->current_span, Py_None);
     if (PyContextVar_Get(state->active_var, Py_None, &active) < 0) return NULL;
     if (active == Py_None) return active;
-    if (!Py_IS_TYPE(active, (PyTypeObject *)state->active_type) || PyTuple_GET_SIZE(active) != 2) {
+    if (!Py_IS_TYPE(active, (PyTypeObject *)state->active_type) || PyTuple_GET_SIZE(active) != 3) {
         Py_DECREF(active); /* (not what trace_context sets: the Python side says what it makes of it) */
         return PyObject_CallOneArg(state->current_span, Py_None);
     }
@@ -314,23 +312,19 @@ PyObject *
 begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    PyObject *serving, *token, *given = NULL, *path = NULL, *headers = NULL, *span = NULL, *result;
+    PyObject *given = NULL, *path = NULL, *headers = NULL, *span = NULL;
     int open;
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "begin_server_span(spans, request) takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (state->serving_var == NULL) {
+    if (state->new_label == NULL || state->active_var == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "begin_server_span() before configure_server_spans()");
         return NULL;
     }
     if (check_spans(args[0]) < 0) return NULL;
-    if (PyContextVar_Get(state->serving_var, Py_False, &serving) < 0) return NULL;
-    open = PyObject_IsTrue(serving);
-    Py_DECREF(serving);
-    if (open < 0) return NULL;
+    if ((open = is_serving(state)) < 0) return NULL;
     if (open) Py_RETURN_NONE; /* an app inside another, or a middleware under a recorded app: one span a request */
-    if ((token = PyContextVar_Set(state->serving_var, Py_True)) == NULL) return NULL;
     if ((given = request_args(state, args[1], &path, &headers)) != NULL) {
         span = open_span_of(state, PyTuple_GET_ITEM(args[0], 0), path, state->str_server, headers, given, 1);
         Py_DECREF(given);
@@ -341,28 +335,11 @@ begin_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "open_span() gave what is not (scope, args, token, context)");
         Py_CLEAR(span);
     }
-    if (span == NULL) {
-        PyObject *type, *value, *traceback;
-        int served_unrecorded;
-        PyErr_Fetch(&type, &value, &traceback);
-        served_unrecorded = PyErr_GivenExceptionMatches(type, PyExc_Exception); /* a request that cannot be read */
-        if (PyContextVar_Reset(state->serving_var, token) < 0) PyErr_Clear();
-        Py_DECREF(token);
-        if (served_unrecorded) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            Py_RETURN_NONE;
-        }
-        PyErr_Restore(type, value, traceback);
-        return NULL;
+    if (span == NULL && PyErr_ExceptionMatches(PyExc_Exception)) { /* a request that cannot be read: unrecorded */
+        PyErr_Clear();
+        Py_RETURN_NONE;
     }
-    /* (scope, args, token, context, SERVING's token) */
-    result = PyTuple_Pack(5, PyTuple_GET_ITEM(span, 0), PyTuple_GET_ITEM(span, 1), PyTuple_GET_ITEM(span, 2),
-                          PyTuple_GET_ITEM(span, 3), token);
-    Py_DECREF(span);
-    Py_DECREF(token);
-    return result;
+    return span; /* (scope, args, token, context) */
 }
 
 /* The attribute `name` of `owner`, or None where it has none (getattr(owner, name, None)); NULL with an exception
@@ -516,14 +493,14 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      "end_server_span(spans, span, request, result, exc) takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (state->serving_var == NULL) {
+    if (state->new_label == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "end_server_span() before configure_server_spans()");
         return NULL;
     }
     span = args[1];
     exc = args[4];
     if (check_spans(args[0]) < 0) return NULL;
-    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 5) {
+    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 4) {
         PyErr_SetString(PyExc_TypeError, "end_server_span(spans, span, request, result, exc): begin_server_span()'s "
                                          "span");
         return NULL;
@@ -531,10 +508,6 @@ end_server_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(span); /* (its items borrowed from it: the caller's reference may go with what runs here) */
     scope = PyTuple_GET_ITEM(span, 0);
     given = PyTuple_GET_ITEM(span, 1);
-    if (PyContextVar_Reset(state->serving_var, PyTuple_GET_ITEM(span, 4)) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) goto fail;
-        PyErr_Clear(); /* (another context's: nothing of this one's to reset) */
-    }
     if (exc != Py_None && !PyExceptionInstance_Check(exc)) {
         PyErr_SetString(PyExc_TypeError,
                         "end_server_span(spans, span, request, result, exc): exc an exception or None");

@@ -150,13 +150,28 @@ new_context(ModuleState *state, PyObject *parent)
     return tuple_of(state->span_context_type, items, 4);
 }
 
+/* trace_context.serving(): 1 where the current span (_ACTIVE's, as it is) is a server span or inside one, 0 where
+   not, -1 with an exception set. */
+int
+is_serving(ModuleState *state)
+{
+    PyObject *active;
+    int serving;
+    if (PyContextVar_Get(state->active_var, Py_None, &active) < 0) return -1;
+    serving = Py_IS_TYPE(active, (PyTypeObject *)state->active_type) && PyTuple_GET_SIZE(active) == 3 &&
+              PyTuple_GET_ITEM(active, 2) == Py_True;
+    Py_DECREF(active);
+    return serving;
+}
+
 /* The span begun: (context, args with its ids, token), as begin_span() answers; NULL with an exception set. The args
    are a copy of `given` with the ids, or where `owned` (a dict the caller made for this span, which no one else
    holds: a server span's) `given` itself, the ids added (one dict less a request). */
 PyObject *
 begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span, int owned)
 {
-    PyObject *context, *with_ids = NULL, *active, *token, *result, *items[2];
+    PyObject *context, *with_ids = NULL, *active, *token, *result, *items[3];
+    int serving;
     if (state->span_context_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "begin_span() before configure_spans()");
         return NULL;
@@ -176,9 +191,12 @@ begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *k
         PyDict_SetItem(with_ids, state->str_kind, kind) < 0) {
         goto fail;
     }
+    if ((serving = is_serving(state)) < 0) goto fail;
+    if (!serving && (serving = PyObject_RichCompareBool(kind, state->str_server, Py_EQ)) < 0) goto fail;
     items[0] = Py_NewRef(context);
     items[1] = Py_NewRef(otel_span);
-    if ((active = tuple_of(state->active_type, items, 2)) == NULL) goto fail;
+    items[2] = Py_NewRef(serving ? Py_True : Py_False);
+    if ((active = tuple_of(state->active_type, items, 3)) == NULL) goto fail;
     token = PyContextVar_Set(state->active_var, active);
     Py_DECREF(active);
     if (token == NULL) goto fail;

@@ -133,8 +133,8 @@ typedef struct {
        written, and the Python side's extract, _current_span, inject, _ended_elsewhere and open_span */
     PyObject *modules, *otel_name, *ended_entries, *incoming, *outgoing, *extract, *current_span, *inject,
         *ended_elsewhere, *open_span_twin;
-    /* ...from configure_server_spans(): aiohttp_server's SERVING, new_label and error_text */
-    PyObject *serving_var, *new_label, *error_text;
+    /* ...from configure_server_spans(): aiohttp_server's new_label and error_text */
+    PyObject *new_label, *error_text;
     /* ...the names it reads and writes, "server", 500 */
     PyObject *str_path, *str_headers, *str_method, *str_response, *str_route, *str_traceparent, *str_match_info,
         *str_status, *str_error, *str_get, *str_enter, *str_exit, *str_scope_label, *str_traceback, *str_server,
@@ -282,6 +282,7 @@ PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
 /* span_begin.c */
 PyObject *configure_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int is_serving(ModuleState *state);
 PyObject *begin_span_of(ModuleState *state, PyObject *parent, PyObject *given, PyObject *kind, PyObject *otel_span,
                         int owned);
 

@@ -3,9 +3,9 @@
 (``trace_context.open_span_in_python`` and ``close_span_in_python``, ``aiohttp_server.begin_in_python`` and
 ``end_in_python``, which open and close the span through ``open_span`` and ``close_span``: the C ones where they are
 built, held to their own twins below). The twins must record the same span (label, args, the exception it ends
-with), leave the same current span and the same ``SERVING`` state, call the program's objects in the same order, and
-raise the same exceptions; a request that cannot be read is served unrecorded, never raised into the program (but a
-``BaseException`` that is not an ``Exception`` goes on, as it came)."""
+with), leave the same current span (and so the same ``serving()``), call the program's objects in the same order,
+and raise the same exceptions; a request that cannot be read is served unrecorded, never raised into the program
+(but a ``BaseException`` that is not an ``Exception`` goes on, as it came)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from ringtrace.client import current_span
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.integrations import aiohttp_server
-from ringtrace.client.integrations.http_spans import SERVING
 from ringtrace.client.recording import trace_context
+from ringtrace.client.recording.trace_context import serving
 from ringtrace.client.recording.traceparent import SpanContext, format_traceparent
 
 pytestmark = pytest.mark.skipif(speedups is None, reason="the C recorder is not built here (or RINGTRACE_PURE_PYTHON)")
@@ -151,13 +151,13 @@ def serve(
         try:
             span = begin(spans, request)
         except BaseException as exc:  # (what the twin let go of, compared)
-            seen.append(("begin raised", type(exc).__name__, SERVING.get(), current_span()))
+            seen.append(("begin raised", type(exc).__name__, serving(), current_span()))
             return
         if span is None:
-            seen.append(("unrecorded", SERVING.get(), current_span()))
+            seen.append(("unrecorded", serving(), current_span()))
             return
-        scope, args, _, context, _ = span
-        seen.append(("begun", SERVING.get(), current_span() == context, shown(args, caller)))
+        scope, args, _, context = span
+        seen.append(("begun", serving(), current_span() == context, shown(args, caller)))
         kind, value = outcome
         result = Result(calls, value, raising[1] if raising and raising[0] == "status" else None)
         exc = None if kind == "result" else Answer(value) if kind == "answer" else ValueError(f"broke {value}")
@@ -167,7 +167,7 @@ def serve(
             seen.append(("end raised", type(raised).__name__))
         now = current_span()
         left = "none" if now is None else "this span" if now == context else "another"  # (not closed: the same)
-        seen.append(("ended", SERVING.get(), left, scope.label, shown(scope.args, caller)))
+        seen.append(("ended", serving(), left, scope.label, shown(scope.args, caller)))
 
     for _ in range(requests):
         contextvars.copy_context().run(one)
@@ -273,7 +273,7 @@ def test_a_span_whose_scope_cannot_be_made_leaves_no_current_span(twin: tuple[Be
 
     def request() -> None:
         assert begin(aiohttp_server.ServerSpans(no_scope, Answer, {}), Request([], None, {}, None)) is None
-        assert current_span() is None and SERVING.get() is False
+        assert current_span() is None and serving() is False
 
     contextvars.copy_context().run(request)
 
@@ -294,7 +294,7 @@ def test_an_open_span_of_another_shape_is_served_unrecorded(monkeypatch: pytest.
     try:
         spans = aiohttp_server.ServerSpans(lambda label, args: Scope([], label, args), Answer, {})
         assert speedups.begin_server_span(spans, Request([], None, {}, None)) is None
-        assert SERVING.get() is False
+        assert serving() is False
     finally:
         configure(tc.open_span_in_python)
 
@@ -323,7 +323,7 @@ def test_the_twins_refuse_what_is_not_theirs() -> None:
         speedups.end_server_span(spans, (1, 2), None, None, None)
     with pytest.raises(TypeError, match="takes 5 arguments"):
         speedups.open_span(None)
-    assert SERVING.get() is False and current_span() is None
+    assert serving() is False and current_span() is None
 
 
 OPEN_TWINS = [

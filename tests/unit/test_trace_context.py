@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ringtrace.client import MemoryListener, SpanContext, Timeline, current_span, extract, inject
+from ringtrace.client.recording.trace_context import serving
 from ringtrace.client.recording.traceparent import child_of, format_traceparent, new_root, parse_traceparent
 
 HEX = "0123456789abcdef"
@@ -528,3 +529,20 @@ def test_a_span_s_args_pointing_back_at_it_after_it_ended_are_still_collected() 
     del span, meta, marker, tl, listener
     gc.collect()
     assert gone() is None
+
+
+def test_a_server_span_and_the_spans_inside_it_are_serving_and_nothing_else_is() -> None:
+    """What the HTTP integrations' servers ask before they record a request's span: inside a server span (an
+    integration's or the program's own), and in any span begun inside one (the request's client calls), an app
+    inside another records no second span of the request."""
+    tl = Timeline("serving", [MemoryListener()])
+    seen = [serving()]
+    with tl.client_span("outside", []):
+        seen.append(serving())
+    with tl.server_span("handle", {}):
+        seen.append(serving())
+        with tl.client_span("call", []), tl.trace_scope("work"):
+            seen.append(serving())
+        seen.append(serving())
+    seen.append(serving())
+    assert seen == [False, False, True, True, True, False]

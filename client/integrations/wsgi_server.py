@@ -19,6 +19,7 @@ the app in ``WSGIMiddleware``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -99,7 +100,7 @@ class _BodyInSpan:
     def __iter__(self) -> Iterator[bytes]:
         try:
             yield from self._body
-        except GeneratorExit:  # left unread, and collected: close() (or nothing) ends the span
+        except GeneratorExit:  # left unread, and collected: close() (or, let go of unclosed, __del__) ends the span
             raise
         except BaseException as exc:
             self._end(exc)
@@ -115,6 +116,12 @@ class _BodyInSpan:
             self._end(exc)
             raise
         self._end(None)
+
+    def __del__(self) -> None:
+        """Never closed (a server that let go of it unread): the span ends as it goes, so that it is recorded, and so
+        that the thread's next requests are not served inside it."""
+        with contextlib.suppress(Exception):  # (at the interpreter's exit, say): nothing raises into a finalizer
+            self._end(None)
 
     def _end(self, exc: BaseException | None) -> None:
         if not self._open:

@@ -94,7 +94,7 @@ _MAPPING_TYPES: Final[dict[type, bool]] = {}
 def serving() -> bool:
     """Whether the running code is inside a server span (ringtrace's: an integration's or the program's own): the
     HTTP integrations' servers record no second span of the request they serve."""
-    active = _ACTIVE.get()
+    active = _active()
     return active is not None and active.serving
 
 
@@ -106,6 +106,15 @@ def current_span() -> SpanContext | None:
 
 def _current_span(otel_span: object | None) -> SpanContext | None:
     """``current_span()``, OpenTelemetry's current span being ``otel_span``."""
+    active = _active()
+    if active is not None and (otel_span is None or otel_span is active.otel_span):
+        return active.context
+    return otel_context(otel_span) if otel_span is not None else None
+
+
+def _active() -> _Active | None:
+    """ringtrace's current span: ``_ACTIVE``'s, or where that one ended in another context (a WSGI body closed by
+    another thread), the one it was begun in."""
     active = _ACTIVE.get()
     if _ENDED_ELSEWHERE_ENTRIES:
         while active is not None:
@@ -113,9 +122,7 @@ def _current_span(otel_span: object | None) -> SpanContext | None:
             if outer is active:  # not ended elsewhere (or forgotten meanwhile, by another thread)
                 break
             active = outer
-    if active is not None and (otel_span is None or otel_span is active.otel_span):
-        return active.context
-    return otel_context(otel_span) if otel_span is not None else None
+    return active
 
 
 def inject(headers: _Headers, context: SpanContext | None = None) -> _Headers:
@@ -320,7 +327,7 @@ def _begin_span(
             "parent_span_id": parent.span_id,
             "kind": kind,
         }
-    outer = _ACTIVE.get()
+    outer = _active()
     serving = kind == "server" or (outer is not None and outer.serving)
     return context, args, _ACTIVE.set(_new(_Active, (context, otel_span, serving)))
 
@@ -380,5 +387,6 @@ if speedups is not None:
         inject,
         _ended_elsewhere,
         open_span_in_python,
+        serving,
     )
     open_span, close_span = speedups.open_span, speedups.close_span

@@ -125,6 +125,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->inject);
     Py_VISIT(state->ended_elsewhere);
     Py_VISIT(state->open_span_twin);
+    Py_VISIT(state->serving_twin);
     Py_VISIT(state->new_label);
     Py_VISIT(state->error_text);
     for (int i = 0; i < AIOHTTP_READS; i++) {
@@ -209,6 +210,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->inject);
     Py_CLEAR(state->ended_elsewhere);
     Py_CLEAR(state->open_span_twin);
+    Py_CLEAR(state->serving_twin);
     Py_CLEAR(state->new_label);
     Py_CLEAR(state->error_text);
     Py_CLEAR(state->str_path);

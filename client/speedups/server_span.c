@@ -17,17 +17,17 @@ all_callable(PyObject *const *args, Py_ssize_t from, Py_ssize_t to)
 }
 
 /* configure_open_span(modules, otel_name, ended_entries, incoming, outgoing, extract, current_span, inject,
-   ended_elsewhere, open_span), once, at trace_context's import. */
+   ended_elsewhere, open_span, serving), once, at trace_context's import. */
 PyObject *
 configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    if (nargs != 10 || !PyDict_Check(args[0]) || !PyUnicode_CheckExact(args[1]) || !PyDict_Check(args[2]) ||
-        !PyFrozenSet_CheckExact(args[3]) || !PyFrozenSet_CheckExact(args[4]) || !all_callable(args, 5, 10)) {
+    if (nargs != 11 || !PyDict_Check(args[0]) || !PyUnicode_CheckExact(args[1]) || !PyDict_Check(args[2]) ||
+        !PyFrozenSet_CheckExact(args[3]) || !PyFrozenSet_CheckExact(args[4]) || !all_callable(args, 5, 11)) {
         PyErr_SetString(PyExc_TypeError,
                         "configure_open_span(modules, otel_name, ended_entries, incoming, outgoing, extract, "
-                        "current_span, inject, ended_elsewhere, open_span): two dicts around a str, two frozensets "
-                        "and five functions");
+                        "current_span, inject, ended_elsewhere, open_span, serving): two dicts around a str, two "
+                        "frozensets and six functions");
         return NULL;
     }
     Py_XSETREF(state->modules, Py_NewRef(args[0]));
@@ -40,6 +40,7 @@ configure_open_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(state->inject, Py_NewRef(args[7]));
     Py_XSETREF(state->ended_elsewhere, Py_NewRef(args[8]));
     Py_XSETREF(state->open_span_twin, Py_NewRef(args[9]));
+    Py_XSETREF(state->serving_twin, Py_NewRef(args[10]));
     Py_RETURN_NONE;
 }
 
@@ -91,7 +92,9 @@ configure_aiohttp_reads(PyObject *module, PyObject *const *args, Py_ssize_t narg
 
 /* `owner.name` (a new reference, or NULL with an exception set), where `name` is aiohttp's property `which`: read as
    the attributes its getter returns, where `owner`'s type still has aiohttp's property (not a subclass's own) and
-   they hold a value (None, or one missing: the property says what it makes of that, raising as it does). What a
+   they hold a value (None: the property says what it makes of that, raising as it does; one missing: read through
+   the property from then on). aiohttp sets those attributes before the handler runs; a program that set them later,
+   once a cached property had kept its value, would see here what it set and there what was kept. What a
    property costs a request is a Python frame, and, for aiohttp's cached ones, an entry made in the request's cache
    (each about 1,000 instructions). The first read of each is also read through the property: a value not the same
    (an aiohttp whose getter is not what it was) reads through the property from then on. */
@@ -109,8 +112,11 @@ read_as_aiohttp(ModuleState *state, PyObject *owner, PyObject *name, AiohttpRead
         Py_SETREF(value, PyObject_GetAttr(value, PyTuple_GET_ITEM(chain, i)));
     }
     if (value == NULL || value == Py_None) {
-        if (value == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
-        PyErr_Clear();
+        if (value == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+            PyErr_Clear(); /* (an attribute this aiohttp does not have: read through the property from now on) */
+            state->aiohttp_read_same[which] = -1;
+        }
         Py_XDECREF(value);
         return PyObject_GetAttr(owner, name);
     }
@@ -121,7 +127,13 @@ read_as_aiohttp(ModuleState *state, PyObject *owner, PyObject *name, AiohttpRead
     }
     same = public == value ? 1 : PyObject_RichCompareBool(public, value, Py_EQ);
     Py_DECREF(value);
-    if (same < 0) PyErr_Clear(); /* (not comparable: not the same) */
+    if (same < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(public);
+            return NULL;
+        }
+        PyErr_Clear(); /* (not comparable: not the same) */
+    }
     state->aiohttp_read_same[which] = same > 0 ? 1 : -1;
     return public;
 }

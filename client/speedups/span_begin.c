@@ -150,13 +150,20 @@ new_context(ModuleState *state, PyObject *parent)
     return tuple_of(state->span_context_type, items, 4);
 }
 
-/* trace_context.serving(): 1 where the current span (_ACTIVE's, as it is) is a server span or inside one, 0 where
-   not, -1 with an exception set. */
+/* trace_context.serving(): 1 where the current span is a server span or inside one, 0 where not, -1 with an
+   exception set. Where a span ended in another context, the Python side says (the current span is then the one it was
+   begun in, as far as that context is concerned). */
 int
 is_serving(ModuleState *state)
 {
     PyObject *active;
     int serving;
+    if (state->ended_entries != NULL && PyDict_GET_SIZE(state->ended_entries) != 0 && state->serving_twin != NULL) {
+        if ((active = PyObject_CallNoArgs(state->serving_twin)) == NULL) return -1;
+        serving = PyObject_IsTrue(active);
+        Py_DECREF(active);
+        return serving;
+    }
     if (PyContextVar_Get(state->active_var, Py_None, &active) < 0) return -1;
     serving = Py_IS_TYPE(active, (PyTypeObject *)state->active_type) && PyTuple_GET_SIZE(active) == 3 &&
               PyTuple_GET_ITEM(active, 2) == Py_True;
@@ -218,8 +225,8 @@ fail:
 }
 
 /* begin_span(parent, args, kind, otel_span): the span's SpanContext (a child of parent, or a new trace's first), a
-   copy of args with its ids and kind, and the token of _ACTIVE set to _Active(context, otel_span): (context, args,
-   token). */
+   copy of args with its ids and kind, and the token of _ACTIVE set to _Active(context, otel_span, serving): (context,
+   args, token). */
 PyObject *
 begin_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {

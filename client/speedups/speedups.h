@@ -132,7 +132,7 @@ typedef struct {
        Python twin opens the span), trace_context's _ENDED_ELSEWHERE's dict, the kinds whose headers are read and
        written, and the Python side's extract, _current_span, inject, _ended_elsewhere and open_span */
     PyObject *modules, *otel_name, *ended_entries, *incoming, *outgoing, *extract, *current_span, *inject,
-        *ended_elsewhere, *open_span_twin;
+        *ended_elsewhere, *open_span_twin, *serving_twin;
     /* ...from configure_server_spans(): aiohttp_server's new_label and error_text */
     PyObject *new_label, *error_text;
     /* ...the names it reads and writes, "server", 500 */

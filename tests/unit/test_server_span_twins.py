@@ -288,7 +288,7 @@ def test_an_open_span_of_another_shape_is_served_unrecorded(monkeypatch: pytest.
     def configure(open_span: Any) -> None:
         speedups.configure_open_span(tc._modules, tc.OTEL_TRACE, tc._ENDED_ELSEWHERE_ENTRIES, tc._INCOMING,
                                      tc._OUTGOING, tc.extract, tc._current_span, tc.inject, tc._ended_elsewhere,
-                                     open_span)  # fmt: skip
+                                     open_span, tc.serving)  # fmt: skip
 
     configure(lambda *_: (1,))
     try:

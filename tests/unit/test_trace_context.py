@@ -4,6 +4,7 @@ current span per thread and per asyncio task, trace-aware scopes, and OpenTeleme
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import subprocess
 import sys
@@ -546,3 +547,41 @@ def test_a_server_span_and_the_spans_inside_it_are_serving_and_nothing_else_is()
         seen.append(serving())
     seen.append(serving())
     assert seen == [False, False, True, True, True, False]
+
+
+def test_a_wsgi_thread_serves_each_request_in_a_span_of_its_own_whatever_became_of_the_body_before() -> None:
+    """A WSGI server's thread keeps its context from one request to the next: a body closed by another thread (the
+    span then ends in another context), or let go of and never closed, must leave neither the span current nor the
+    thread serving, or its next requests would go unrecorded, or be recorded inside the last one."""
+    from ringtrace.client.integrations.wsgi_server import WSGIMiddleware
+
+    listener = MemoryListener()
+    tl = Timeline("wsgi", [listener])
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [])
+        return iter([b"streamed"])
+
+    served = WSGIMiddleware(app, tl)
+
+    def requests() -> list[bool]:
+        seen = []
+        body = served({"REQUEST_METHOD": "GET", "PATH_INFO": "/closed-elsewhere"}, lambda *_: None)
+        closer = threading.Thread(target=lambda: (list(body), body.close()))  # type: ignore[attr-defined]
+        closer.start()
+        closer.join(60)
+        seen.append(serving())
+        body = served({"REQUEST_METHOD": "GET", "PATH_INFO": "/never-closed"}, lambda *_: None)
+        del body  # (the server let go of it unread)
+        seen.append(serving())
+        body = served({"REQUEST_METHOD": "GET", "PATH_INFO": "/last"}, lambda *_: None)
+        assert list(body) == [b"streamed"]
+        body.close()  # type: ignore[attr-defined]
+        seen.append(serving())
+        return seen
+
+    assert contextvars.copy_context().run(requests) == [False, False, False]
+    tl.flush(10)
+    spans = {e.name: e.args for e in listener.events if e.kind == "span"}
+    assert sorted(spans) == ["GET /closed-elsewhere", "GET /last", "GET /never-closed"]
+    assert all("parent_span_id" not in args for args in spans.values())

@@ -310,6 +310,9 @@ def test_a_span_ended_in_another_context_leaves_its_own_current_where_it_still_i
         # (this context's current span is the ended one's outer, none, as another context ended it)
         assert current_span() is None
         assert span[0].calls[-1] == ("exit", None, None, False)
+        # (nor is it serving: the next request served here has a span of its own)
+        assert serving() is False
+        assert begin(spans, Request([], None, {}, None)) is not None
 
     contextvars.copy_context().run(request)
 

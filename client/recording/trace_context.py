@@ -313,8 +313,7 @@ def _begin_span(
 ) -> tuple[SpanContext, dict[str, Any], contextvars.Token[_Active | None]]:
     """A span begun, its parent known: its context (a child of ``parent``, or the first span of a new trace),
     ``args`` with its ids and kind (a new dict), and the token of ``_ACTIVE`` set to it, begun in ``otel_span`` (and
-    serving where it is a server span or begins inside one). The
-    C recorder's ``begin_span`` is the same in one call."""
+    serving where it is a server span or begins inside one). The C recorder's ``begin_span`` is the same in one call."""
     if parent is None:
         context = new_root()
         args = {**args, "trace_id": context.trace_id, "span_id": context.span_id, "kind": kind}

@@ -277,19 +277,7 @@ def test_aiohttps_http_exceptions_are_answers_and_another_exceptions_status_is_n
             app = web.Application()
             app.router.add_get("/missing", missing)
             app.router.add_get("/upstream", upstream)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]
-            def status(path):
-                try:
-                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
-                except urllib.error.HTTPError as exc:
-                    return exc.code
-            got = [await asyncio.to_thread(status, path) for path in ("/missing", "/upstream")]
-            await runner.cleanup()
-            return got
+            return await aiohttp_statuses(app, ["/missing", "/upstream"])
 
         statuses = asyncio.run(main())
         print(json.dumps({"statuses": statuses, "spans": spans()}))
@@ -323,19 +311,7 @@ def test_an_aiohttp_request_whose_route_matching_raises_is_labelled_by_its_path_
             resource = Raising("/{anything}")
             app.router.register_resource(resource)
             resource.add_route("GET", never)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]
-            def status(path):
-                try:
-                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
-                except urllib.error.HTTPError as exc:
-                    return exc.code
-            got = [await asyncio.to_thread(status, path) for path in ("/forbid", "/boom")]
-            await runner.cleanup()
-            return got
+            return await aiohttp_statuses(app, ["/forbid", "/boom"])
 
         statuses = asyncio.run(main())
         print(json.dumps({"statuses": statuses, "spans": spans()}))
@@ -498,21 +474,6 @@ def test_aiohttp_s_properties_read_in_place_still_answer_as_a_program_s_own_do()
             def _make_request(self, *args, **kwargs):
                 return super()._make_request(*args, _cls=Prefixed, **kwargs)
 
-        async def serve(app, paths):
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]
-            def status(path):
-                try:
-                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
-                except urllib.error.HTTPError as exc:
-                    return exc.code
-            got = [await asyncio.to_thread(status, path) for path in paths]
-            await runner.cleanup()
-            return got
-
         path_cached = []
 
         async def main():
@@ -528,7 +489,8 @@ def test_aiohttp_s_properties_read_in_place_still_answer_as_a_program_s_own_do()
                 warnings.simplefilter("ignore")  # (aiohttp discourages subclassing Application)
                 prefixed = PrefixedApp()
             prefixed.router.add_get("/items/{id}", item)
-            return await serve(plain, ["/items/a%20b", "/teapot", "/items/c"]) + await serve(prefixed, ["/items/d"])
+            return (await aiohttp_statuses(plain, ["/items/a%20b", "/teapot", "/items/c"])
+                    + await aiohttp_statuses(prefixed, ["/items/d"]))
 
         statuses = asyncio.run(main())
         print(json.dumps({"statuses": statuses, "path_cached": path_cached, "spans": spans()}))

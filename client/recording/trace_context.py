@@ -18,6 +18,7 @@ there is no ringtrace span): ringtrace's spans then join OpenTelemetry's trace (
 from __future__ import annotations
 
 import contextvars
+import os
 import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -96,6 +97,18 @@ def serving() -> bool:
     HTTP integrations' servers record no second span of the request they serve."""
     active = _active()
     return active is not None and active.serving
+
+
+def _serving_no_more() -> None:
+    """In a child forked inside a server span: its current span goes on (what it does is part of the request), but it
+    serves none of its parent's requests: a server it runs records its own."""
+    active = _active()
+    if active is not None and active.serving:
+        _ACTIVE.set(_new(_Active, (active.context, active.otel_span, False)))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_serving_no_more)
 
 
 def current_span() -> SpanContext | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import os
 import subprocess
 import sys
 import threading
@@ -585,3 +586,30 @@ def test_a_wsgi_thread_serves_each_request_in_a_span_of_its_own_whatever_became_
     spans = {e.name: e.args for e in listener.events if e.kind == "span"}
     assert sorted(spans) == ["GET /closed-elsewhere", "GET /last", "GET /never-closed"]
     assert all("parent_span_id" not in args for args in spans.values())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+def test_a_child_forked_inside_a_server_span_keeps_its_span_but_serves_no_more() -> None:
+    """What the child does is part of the request (its spans are the span's children), but a server it runs serves
+    requests of its own: they must each be recorded."""
+    tl = Timeline("forked", [MemoryListener()])
+
+    def fork_inside() -> tuple[str, str]:
+        with tl.server_span("handle", {}):
+            span = current_span()
+            assert span is not None and serving()
+            reader, writer = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: what it sees, sent back
+                try:
+                    child_span = current_span()
+                    os.write(writer, f"{serving()} {child_span == span}".encode())
+                finally:
+                    os._exit(0)
+            os.close(writer)
+            with os.fdopen(reader) as pipe:
+                seen = pipe.read()
+            os.waitpid(pid, 0)
+            return seen, f"{serving()} {current_span() == span}"
+
+    assert contextvars.copy_context().run(fork_inside) == ("False True", "True True")

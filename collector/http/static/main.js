@@ -27,7 +27,7 @@ const AGGREGATES_POLL_MS = 5000;  // the aggregates, following live (each is a r
 const TRACE_SPANS = 1000;  // the spans of a trace read to find its processes
 const LIVE_SEARCH = "the slowest spans of the timeline's window, of the processes ticked";  // (index.html's too)
 
-const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false,
+const state = { timelineBusy: false, timelineQueued: null, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false,
   incident: null, incidentsListed: true,  // incident: the id the timeline shows (null: the live store)
   fixed: null,  // a fixed window, [since, until] in wall-clock ns (BigInt); null: the last seconds
   windowNs: null,  // the window of the live store last drawn, [since, until] in wall-clock ns (BigInt)
@@ -158,8 +158,19 @@ function windowQuery(pids = sources.selectedPids()) {
 }
 
 async function refreshTimeline(keepView = false, polled = false) {
-  if (state.timelineBusy) { state.timelineQueued = true; return; }
+  if (state.timelineBusy) {
+    // One more once the one under way is done, with what this one asked: its view kept if any call queued meanwhile
+    // asked to keep it (a span picked: the one under way showed the zoom, which the next must not undo), and polled
+    // only if all were.
+    const queued = state.timelineQueued;
+    state.timelineQueued = {
+      keepView: keepView || (queued !== null && queued.keepView),
+      polled: polled && (queued === null || queued.polled),
+    };
+    return;
+  }
   state.timelineBusy = true;
+  timeline.canvas.dataset.busy = "1";  // (what the tests wait out: a window fetched and drawn, none queued after it)
   // Asked for while following live: if the user zoomed or panned meanwhile (which stops following), the answer brings
   // its data but leaves their view as it is.
   const live = $("follow").checked;
@@ -195,7 +206,9 @@ async function refreshTimeline(keepView = false, polled = false) {
     $("timeline-info").textContent = String(error.message || error);
   } finally {
     state.timelineBusy = false;
-    if (state.timelineQueued) { state.timelineQueued = false; refreshTimeline(keepView, polled); }
+    const queued = state.timelineQueued;
+    if (queued !== null) { state.timelineQueued = null; refreshTimeline(queued.keepView, queued.polled); }
+    else timeline.canvas.dataset.busy = "";
   }
 }
 

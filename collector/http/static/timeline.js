@@ -129,6 +129,7 @@ export class Timeline {
     if (this.marker) this.drawMarker(ctx, this.marker);
     this.drawn++;
     this.canvas.dataset.drawn = String(this.drawn);
+    this.canvas.dataset.shownNs = String(Math.round(this.view[1] - this.view[0]));  // (how long a time is in view)
   }
 
   drawAxis(ctx) {

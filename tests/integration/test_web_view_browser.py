@@ -104,8 +104,9 @@ class Page:
         self.page.goto(url)
 
     def drawn_with(self, count: int) -> None:
-        """Wait until the timeline was drawn after fetching ``count`` events or more, then stop following live (so
-        that what is drawn stays put)."""
+        """Wait until the timeline was drawn after fetching ``count`` events or more, then stop following live and
+        wait out the refreshes under way (so that what is drawn stays put: one that lands later brings the window as
+        it was then, a little later than the one drawn)."""
         until(
             self.page,
             "n => /([\\d,]+) events/.test(document.getElementById('timeline-info').textContent)"
@@ -113,6 +114,7 @@ class Page:
             count,
         )
         uncheck_follow(self.page)
+        until(self.page, "() => document.getElementById('timeline').dataset.busy === ''")
 
     def drawn_text(self) -> list[str]:
         """The texts drawn on the canvas so far, in the order drawn."""
